@@ -1,0 +1,23 @@
+# Fig. 4D-E of Azeglio et al. (2026): per-image G(x) and J(x) for every test image of
+# every (encoder, area) configuration, Stage 5 (subspace alignment) and the figure.
+# Usage: snakemake --profile profiles/local-cpu   (see README.md)
+
+from snakemake.utils import min_version
+
+min_version("9.19")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/demo.smk"
+include: "rules/estimate.smk"
+include: "rules/alignment.smk"
+include: "rules/figures.smk"
+
+
+rule all:
+    input:
+        get_final_outputs(),
+    default_target: True

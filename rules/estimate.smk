@@ -1,0 +1,25 @@
+# The per-image target: G(x) and J(x) of one test image of one (encoder, area)
+# configuration, computed and written by upstream's multigeom.pipeline.per_image.
+# The settings are params (a change of their content recomputes); the device is not
+# (the same image gives the same result wherever it runs).
+
+
+rule estimate_image:
+    input:
+        image=get_test_image,
+        encoder=get_encoder_ckpt,
+        diffusion=get_diffusion_ckpt,
+    output:
+        f"{RUNS}/per_image/{{encoder}}/{{area}}/img{{index}}.pt",
+    params:
+        estimator=SCENARIO.estimator,
+        diffusion=SCENARIO.diffusion,
+    log:
+        "logs/estimate_image/{encoder}/{area}/img{index}.log",
+    benchmark:
+        "benchmarks/estimate_image/{encoder}/{area}/img{index}.tsv"
+    threads: 1
+    resources:
+        gpu=ESTIMATE_GPUS,
+    script:
+        "../scripts/estimate_image.py"

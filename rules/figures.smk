@@ -1,0 +1,13 @@
+# Fig. 4D-E: A_k versus k for G(x) and J(x), from Stage 5's metrics.
+
+
+rule plot_fig4de:
+    input:
+        metrics=rules.align_configs.output[0],
+    output:
+        png=f"{RESULTS}/fig4de.png",
+        pdf=f"{RESULTS}/fig4de.pdf",
+    log:
+        "logs/plot_fig4de.log",
+    script:
+        "../scripts/plot_fig4de.py"

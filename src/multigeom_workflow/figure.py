@@ -1,0 +1,135 @@
+"""
+Fig. 4D-E of Azeglio et al. (2026): the subspace alignment A_k of the top-k
+eigenvectors of G(x) (panel D) and of J(x) (panel E) between configurations, versus k,
+mean +- s.e.m. over the test images, from Stage 5's metrics file.
+
+Cross-model comparisons (two encoders fitted to the same area) are drawn with solid
+lines, cross-area comparisons (one encoder fitted to two areas) with dashed lines;
+pairs that differ in both are left out, as in the paper. The chance level of two random
+k-dimensional subspaces of R^P is k/P.
+
+References
+----------
+Azeglio, Laquitaine, Ferrari & Chalk (2026). A multi-scale information geometry reveals
+the structure of mutual information in neural populations. arXiv 2605.06304, Fig. 4D-E.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .files import atomic_path
+from .scenario import N_PIXELS
+
+__all__ = ["PANELS", "comparison_kind", "plot_fig4de", "save_figure"]
+
+#: Metric of each panel and its title.
+PANELS = (
+    ("G", "D  multi-scale Fisher metric G(x)"),
+    ("J", "E  Fisher information J(x)"),
+)
+LINESTYLES = {"cross-model": "-", "cross-area": "--"}
+
+
+def comparison_kind(pair: dict) -> str | None:
+    """
+    ``"cross-model"`` (same area, two encoders), ``"cross-area"`` (same encoder, two
+    areas), or None (both differ) for a pair of Stage 5's metrics.
+    """
+    a, b = pair["config_A"], pair["config_B"]
+    if a["area"] == b["area"] and a["encoder"] != b["encoder"]:
+        return "cross-model"
+    if a["encoder"] == b["encoder"] and a["area"] != b["area"]:
+        return "cross-area"
+    return None
+
+
+def pair_name(pair: dict) -> str:
+    """Legend entry of a pair: its kind and its two configurations."""
+    a, b = pair["config_A"], pair["config_B"]
+    return (
+        f"{comparison_kind(pair)}: {a['encoder']}/{a['area']} vs "
+        f"{b['encoder']}/{b['area']}"
+    )
+
+
+def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS):
+    """
+    Draw Fig. 4D-E.
+
+    Parameters
+    ----------
+    metrics : dict
+        Stage 5's metrics (``cross_encoder_metrics.json``, see
+        `multigeom_workflow.alignment.align_configs`).
+    n_pixels : int
+        P, the dimension of image space (64 x 64 = 4096), for the chance level k/P.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Two axes (G, then J). In each, one line per comparison labelled by `pair_name`
+        (its y-data the mean alignment, a band of +- s.e.m. around it) and the chance
+        line labelled ``"chance k/P"``.
+
+    Raises
+    ------
+    ValueError
+        If no pair is a cross-model or cross-area comparison.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = [p for p in metrics["pairs"].values() if comparison_kind(p) is not None]
+    if not pairs:
+        raise ValueError(
+            "no cross-model or cross-area comparison in the metrics: list "
+            "configurations that share an encoder or an area in the config key 'configs'"
+        )
+    names = sorted({pair_name(p) for p in pairs})
+    colors = {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(names)}
+    n_images = sorted({int(p["n_images"]) for p in pairs})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+    for ax, (metric, title) in zip(axes, PANELS):
+        k_max = 1
+        for p in sorted((p for p in pairs if p["metric"] == metric), key=pair_name):
+            k = np.asarray(p["k"])
+            mean = np.asarray(p["alignment_mean"])
+            sem = np.asarray(p["alignment_sem"])
+            name = pair_name(p)
+            ax.fill_between(k, mean - sem, mean + sem, color=colors[name], alpha=0.2)
+            ax.plot(
+                k,
+                mean,
+                LINESTYLES[comparison_kind(p)],
+                color=colors[name],
+                label=name,
+            )
+            k_max = max(k_max, int(k[-1]))
+        k = np.arange(1, k_max + 1)
+        ax.plot(k, k / n_pixels, ":", color="black", label="chance k/P")
+        ax.set_title(title)
+        ax.set_xlabel("k (top-k eigenvectors)")
+        ax.set_xlim(1, k_max)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(r"subspace alignment $\mathcal{A}_k = \|V_A^\top V_B\|_F^2 / k$")
+    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    shown = f"{n_images[0]}" if len(n_images) == 1 else f"{n_images[0]}-{n_images[-1]}"
+    fig.suptitle(
+        f"Fig. 4D-E: alignment of the top-k eigenvectors between configurations "
+        f"(mean ± s.e.m. over n = {shown} images)"
+    )
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig, *paths: str | Path, dpi: int = 150) -> None:
+    """Save `fig` to each path (format from the suffix), each file atomically."""
+    for path in paths:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=Path(path).suffix.lstrip("."), dpi=dpi, bbox_inches="tight")

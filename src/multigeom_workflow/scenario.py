@@ -1,0 +1,414 @@
+"""
+The scenario of a run: which (encoder, area) configurations, which test images, which
+estimator settings, and where every file lives, read from the workflow's configuration.
+
+`load_scenario` checks everything that the JSON schema cannot (files that must exist,
+the size of the test set, settings that must agree between the estimator and the
+diffusion model) before any job runs. Every problem is one `ConfigError` whose message
+is a single line naming the key, the value and what is allowed.
+
+Nothing here imports torch: the Snakefile calls this module at parse time, which must
+stay fast for `snakemake -n`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
+
+from .test_images import DEMO_TEST_PHOTOS, list_folder_images, list_tinyimagenet_val
+
+__all__ = [
+    "AREAS",
+    "DEMO_AREAS",
+    "DEMO_ENCODERS",
+    "ENCODERS",
+    "N_PIXELS",
+    "ConfigError",
+    "Configuration",
+    "Scenario",
+    "load_scenario",
+    "packaged_config_dir",
+    "resolve_settings_file",
+    "schema_error_line",
+    "to_namespace",
+]
+
+#: Encoders built by the workflow's embedded demo (see `multigeom_workflow.demo`).
+DEMO_ENCODERS = ("onoff", "smallcnn")
+#: Synthetic areas of the demo: populations of upstream's `GaborTeacher`.
+DEMO_AREAS = ("complex", "simple")
+#: Encoders and areas of the paper (Azeglio et al. 2026, Fig. 4D-E).
+PAPER_ENCODERS = ("inception", "resnet50", "onoff")
+PAPER_AREAS = ("V1", "V4")
+ENCODERS = tuple(dict.fromkeys(PAPER_ENCODERS + DEMO_ENCODERS))
+AREAS = PAPER_AREAS + DEMO_AREAS
+#: Pixels of a test image, 64 x 64 (upstream `multigeom.datasets.CANONICAL_TRANSFORM`).
+N_PIXELS = 64 * 64
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is one line: key, value, what is allowed."""
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """
+    One (encoder, area) configuration and its two checkpoints.
+
+    Attributes
+    ----------
+    encoder, area : str
+        Names, e.g. ``("inception", "V1")``.
+    encoder_ckpt, diffusion_ckpt : str
+        Paths of the fitted encoder and of its conditional diffusion model, relative to
+        the working directory or absolute.
+    """
+
+    encoder: str
+    area: str
+    encoder_ckpt: str
+    diffusion_ckpt: str
+
+    @property
+    def is_demo(self) -> bool:
+        """True when the workflow builds the checkpoints itself (a demo area)."""
+        return self.area in DEMO_AREAS
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """
+    Everything a run computes, validated.
+
+    Attributes
+    ----------
+    configurations : tuple of Configuration
+        In the order of the configuration file.
+    n_images : int
+        The first `n_images` test images are estimated for every configuration.
+    runs_dir : str
+        Root of upstream's run layout (``encoders/``, ``diffusion/``, ``per_image/``,
+        ``metrics/``).
+    seed, top_k : int
+        Image i is seeded with ``seed + i``; ``top_k`` eigenpairs of G(x) and J(x) are
+        kept, and Stage 5 compares k = 1..top_k.
+    device : str
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    estimator, diffusion : dict
+        The estimator settings (with `seed` and `top_k` applied) and the diffusion-model
+        settings, as upstream's YAML files hold them.
+    estimator_file, diffusion_file : Path
+        The files they were read from.
+    test_image_files : tuple of str
+        The whole ordered test set; image i is ``test_image_files[i]``.
+    """
+
+    configurations: tuple[Configuration, ...]
+    n_images: int
+    runs_dir: str
+    seed: int
+    top_k: int
+    device: str
+    estimator: dict
+    estimator_file: Path
+    diffusion: dict
+    diffusion_file: Path
+    test_source: str
+    test_image_files: tuple[str, ...]
+
+    @property
+    def uses_gpu(self) -> bool:
+        """Whether the per-image jobs compute on a CUDA device."""
+        return self.device.startswith("cuda")
+
+    def configuration(self, encoder: str, area: str) -> Configuration:
+        """The configuration named (encoder, area); KeyError if it is not in the run."""
+        for c in self.configurations:
+            if (c.encoder, c.area) == (encoder, area):
+                return c
+        raise KeyError(f"({encoder!r}, {area!r}) is not a configuration of this run")
+
+    def per_image_file(self, encoder: str, area: str, index: int) -> str:
+        """Upstream's per-image file: ``<runs_dir>/per_image/<enc>/<area>/img0003.pt``."""
+        return f"{self.runs_dir}/per_image/{encoder}/{area}/img{index:04d}.pt"
+
+    def per_image_files(self, configuration: Configuration | None = None) -> list[str]:
+        """Per-image files of one configuration (or of all), first `n_images` images."""
+        configs = self.configurations if configuration is None else (configuration,)
+        return [
+            self.per_image_file(c.encoder, c.area, i)
+            for c in configs
+            for i in range(self.n_images)
+        ]
+
+
+def to_namespace(settings):
+    """
+    Settings as upstream's stages take them: nested dicts become nested
+    `types.SimpleNamespace` (what `multigeom.config.load_config` returns for a YAML file).
+    """
+    if isinstance(settings, dict):
+        return SimpleNamespace(**{k: to_namespace(v) for k, v in settings.items()})
+    if isinstance(settings, list):
+        return [to_namespace(v) for v in settings]
+    return settings
+
+
+def packaged_config_dir() -> Path:
+    """
+    The folder of upstream's packaged settings (``multigeom/configs``), found without
+    importing `multigeom` (which imports torch).
+    """
+    spec = importlib.util.find_spec("multigeom")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "the package multigeom is not installed: pip install -e . (see README.md)"
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / "configs"
+
+
+def resolve_settings_file(value: str, key: str, workflow_dir: Path) -> Path:
+    """
+    The YAML file of a settings value: a path (relative to the working directory, then
+    to the workflow's folder) or a packaged name of upstream (``"estimator"``,
+    ``"diffusion"``), as upstream's `multigeom.config.config_path` resolves names.
+
+    Raises
+    ------
+    ConfigError
+        If neither a file nor a packaged name matches.
+    """
+    path = Path(value)
+    candidates = [path] if path.is_absolute() else [path, workflow_dir / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    packaged_dir = packaged_config_dir()
+    if path.suffix == "" and (packaged_dir / f"{path.name}.yaml").is_file():
+        return packaged_dir / f"{path.name}.yaml"
+    names = sorted(p.stem for p in packaged_dir.glob("*.yaml"))
+    raise ConfigError(
+        f"config key {key!r} = {value!r}: no such YAML file; give a path or one of "
+        f"upstream's packaged names {names}"
+    )
+
+
+def schema_error_line(error) -> str:
+    """
+    One line for a `jsonschema.ValidationError`: the key path, the value and the rule.
+    """
+    key = "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}"
+        for part in error.absolute_path
+    ).lstrip(".")
+    where = f"config key {key!r}" if key else "the configuration"
+    return f"{where}: {error.message}"
+
+
+def _load_yaml(path: Path, key: str) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        problem = str(err).splitlines()[0]
+        raise ConfigError(
+            f"config key {key!r} = {str(path)!r}: not valid YAML ({problem})"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key {key!r} = {str(path)!r}: not a YAML mapping")
+    return data
+
+
+def _get(settings: dict, dotted: str, key: str, file: Path):
+    node = settings
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(
+                f"config key {key!r} = {str(file)!r}: the settings have no "
+                f"{dotted!r}; start from upstream's packaged file of the same name"
+            )
+        node = node[part]
+    return node
+
+
+def _check_estimator(est: dict, diff: dict, top_k: int, est_file: Path, diff_file: Path):
+    """The checks that upstream makes while running, made before any job."""
+    mc = "monte_carlo"
+    n_samples = int(_get(est, f"{mc}.n_samples", "estimator", est_file))
+    batch = int(_get(est, f"{mc}.batch_size", "estimator", est_file))
+    grid = _get(est, f"{mc}.timestep_grid", "estimator", est_file)
+    sigma = float(_get(est, f"{mc}.observation_noise_sigma", "estimator", est_file))
+    sigma_train = float(
+        _get(diff, "conditioning.observation_noise_sigma", "diffusion", diff_file)
+    )
+    n_train_t = int(_get(diff, "scheduler.num_train_timesteps", "diffusion", diff_file))
+    if batch < 1 or n_samples % batch:
+        raise ConfigError(
+            f"config key 'estimator' = {str(est_file)!r}: monte_carlo.n_samples = "
+            f"{n_samples} must be a positive multiple of monte_carlo.batch_size = {batch}"
+        )
+    timesteps = range(int(grid["start"]), int(grid["stop"]) + 1, int(grid["step"]))
+    if len(timesteps) < 2 or timesteps[0] < 0 or timesteps[-1] >= n_train_t:
+        raise ConfigError(
+            f"config key 'estimator' = {str(est_file)!r}: monte_carlo.timestep_grid "
+            f"gives {list(timesteps)}; at least 2 timesteps in [0, {n_train_t}) allowed"
+        )
+    if sigma != sigma_train:
+        raise ConfigError(
+            f"config key 'estimator' = {str(est_file)!r}: observation_noise_sigma = "
+            f"{sigma} differs from the sigma = {sigma_train} the diffusion model of "
+            f"{str(diff_file)!r} was trained with; they must be equal"
+        )
+    rows = len(timesteps) * n_samples
+    if top_k > min(rows, N_PIXELS):
+        raise ConfigError(
+            f"config key 'top_k' = {top_k}: the estimator gives "
+            f"{len(timesteps)} timesteps x {n_samples} samples = {rows} rows, so at "
+            f"most {min(rows, N_PIXELS)} eigenvectors of G(x) are allowed"
+        )
+    n_neurons = int(_get(diff, "conditioning.mlp_layers", "diffusion", diff_file)[0])
+    if top_k > n_neurons:
+        raise ConfigError(
+            f"config key 'top_k' = {top_k}: J(x) has rank at most the {n_neurons} "
+            f"neurons of the diffusion model's conditioning; at most {n_neurons} allowed"
+        )
+
+
+def _test_images(config: dict, runs_dir: str) -> tuple[str, tuple[str, ...]]:
+    source = config["test_images"]["source"]
+    path = config["test_images"].get("path")
+    if source == "demo":
+        files = [
+            f"{runs_dir}/demo/test_images/img{i:04d}.png"
+            for i in range(len(DEMO_TEST_PHOTOS))
+        ]
+        return source, tuple(files)
+    if not path:
+        raise ConfigError(
+            f"config key 'test_images.path' = {path!r}: a folder is required when "
+            f"test_images.source is {source!r}"
+        )
+    folder = Path(path)
+    lister = list_tinyimagenet_val if source == "tinyimagenet" else list_folder_images
+    if not folder.is_dir():
+        what = (
+            "the folder that holds tiny-imagenet-200/val"
+            if source == "tinyimagenet"
+            else "a folder of image files"
+        )
+        raise ConfigError(
+            f"config key 'test_images.path' = {path!r}: no such folder; give {what}"
+        )
+    files = lister(folder)
+    if not files:
+        raise ConfigError(
+            f"config key 'test_images.path' = {path!r}: no test images found there "
+            f"for source {source!r}"
+        )
+    return source, tuple(str(f) for f in files)
+
+
+def _configurations(config: dict, runs_dir: str) -> tuple[Configuration, ...]:
+    entries = config["configs"]
+    if isinstance(entries, dict):  # a single pair is accepted
+        entries = [entries]
+    out, seen = [], set()
+    for i, entry in enumerate(entries):
+        enc, area = entry["encoder"], entry["area"]
+        key = f"configs[{i}]"
+        if (enc, area) in seen:
+            raise ConfigError(
+                f"config key {key!r} = {enc}/{area}: listed twice; each (encoder, "
+                "area) configuration is allowed once"
+            )
+        seen.add((enc, area))
+        demo = area in DEMO_AREAS
+        if demo and enc not in DEMO_ENCODERS:
+            raise ConfigError(
+                f"config key '{key}.encoder' = {enc!r}: the demo area {area!r} is built "
+                f"for the demo encoders only; allowed: {', '.join(DEMO_ENCODERS)}"
+            )
+        if not demo and enc not in PAPER_ENCODERS:
+            raise ConfigError(
+                f"config key '{key}.encoder' = {enc!r}: no checkpoints of it exist for "
+                f"area {area!r}; allowed: {', '.join(PAPER_ENCODERS)}"
+            )
+        enc_ckpt = entry.get("encoder_ckpt") or (
+            f"{runs_dir}/encoders/{enc}/{area}/best_model.pt"
+        )
+        diff_ckpt = entry.get("diffusion_ckpt") or (
+            f"{runs_dir}/diffusion/{enc}/{area}/final_model.pt"
+        )
+        for name, value in (("encoder_ckpt", enc_ckpt), ("diffusion_ckpt", diff_ckpt)):
+            if not demo or entry.get(name):  # the demo's own are built by its rules
+                if not Path(value).is_file():
+                    raise ConfigError(
+                        f"config key '{key}.{name}' = {value!r}: no such checkpoint "
+                        f"file; give the path of the {enc}/{area} checkpoint"
+                    )
+        out.append(Configuration(enc, area, enc_ckpt, diff_ckpt))
+    return tuple(out)
+
+
+def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
+    """
+    Build and check the scenario of a configuration already validated by the schema
+    (``config/schemas/config.schema.yaml``, which also fills the defaults).
+
+    Parameters
+    ----------
+    config : dict
+        Snakemake's ``config``.
+    workflow_dir : str or Path
+        The folder of the Snakefile: relative settings files are looked up there after
+        the working directory.
+
+    Returns
+    -------
+    Scenario
+
+    Raises
+    ------
+    ConfigError
+        One line naming the key, the value and what is allowed: a checkpoint or a test
+        image folder that does not exist, `n_images` larger than the test set, settings
+        of the estimator that the diffusion model or `top_k` contradict.
+    """
+    workflow_dir = Path(workflow_dir)
+    runs_dir = str(config["runs_dir"]).rstrip("/") or "."
+    configurations = _configurations(config, runs_dir)
+    source, files = _test_images(config, runs_dir)
+    n_images = int(config["n_images"])
+    if n_images > len(files):
+        raise ConfigError(
+            f"config key 'n_images' = {n_images}: the test set of source {source!r} "
+            f"has {len(files)} images; allowed: 1 to {len(files)}"
+        )
+    est_file = resolve_settings_file(str(config["estimator"]), "estimator", workflow_dir)
+    diff_file = resolve_settings_file(str(config["diffusion"]), "diffusion", workflow_dir)
+    estimator = copy.deepcopy(_load_yaml(est_file, "estimator"))
+    diffusion = _load_yaml(diff_file, "diffusion")
+    top_k, seed = int(config["top_k"]), int(config["seed"])
+    _check_estimator(estimator, diffusion, top_k, est_file, diff_file)
+    estimator["seed"] = seed
+    estimator["top_k"] = top_k
+    estimator.setdefault("fisher_baseline", {"enabled": True})["top_k"] = top_k
+    return Scenario(
+        configurations=configurations,
+        n_images=n_images,
+        runs_dir=runs_dir,
+        seed=seed,
+        top_k=top_k,
+        device=str(config["device"]),
+        estimator=estimator,
+        estimator_file=est_file,
+        diffusion=diffusion,
+        diffusion_file=diff_file,
+        test_source=source,
+        test_image_files=files,
+    )
