@@ -51,7 +51,7 @@ ESTIMATE_GPUS = 1 if SCENARIO.uses_gpu else 0
 wildcard_constraints:
     encoder="[A-Za-z0-9_]+",
     area="[A-Za-z0-9_]+",
-    index=r"\d{4,}",
+    index=r"\d\d\d\d+",
 
 
 def get_final_outputs():

@@ -54,6 +54,7 @@ rule fit_demo_encoder:
         area="|".join(DEMO_AREAS),
     params:
         epochs=DEMO["readout_epochs"],
+        lr=DEMO["readout_lr"],
         seed=DEMO["seed"],
     log:
         "logs/fit_demo_encoder/{encoder}/{area}.log",

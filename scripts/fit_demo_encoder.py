@@ -14,6 +14,7 @@ with job_log(snakemake.log[0]):
         area,
         crops,
         epochs=snakemake.params.epochs,
+        lr=snakemake.params.lr,
         seed=snakemake.params.seed,
         out=snakemake.output[0],
     )

@@ -1,4 +1,4 @@
-"""Rule simulate_area: a synthetic area (GaborTeacher) and its responses to the crops."""
+"""Rule simulate_area: a synthetic area (GaborTeacher), its responses to the crops."""
 
 import torch
 
@@ -10,7 +10,9 @@ with job_log(snakemake.log[0]):
     torch.set_num_threads(snakemake.threads)
     crops = torch.load(snakemake.input.crops)
     params = snakemake.params
-    area = simulate_area(snakemake.wildcards.area, crops, params.seed, params.noise_sigma)
+    area = simulate_area(
+        snakemake.wildcards.area, crops, params.seed, params.noise_sigma
+    )
     with atomic_path(snakemake.output[0]) as tmp:
         torch.save(area, tmp)
     print(f"area {area['area']}: teacher {area['teacher_kwargs']}")

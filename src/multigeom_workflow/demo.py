@@ -85,7 +85,9 @@ def cut_training_crops(n_crops: int, seed: int) -> torch.Tensor:
     return crops
 
 
-def simulate_area(area: str, crops: torch.Tensor, seed: int, noise_sigma: float) -> dict:
+def simulate_area(
+    area: str, crops: torch.Tensor, seed: int, noise_sigma: float
+) -> dict:
     """
     A synthetic area: upstream's `GaborTeacher`, calibrated on the crops (responses of
     unit standard deviation), and its responses to them.
@@ -152,7 +154,14 @@ def build_demo_encoder(name: str, seed: int, n_neurons: int = 50):
 
 
 def fit_demo_encoder(
-    name: str, area: dict, crops: torch.Tensor, epochs: int, seed: int, out: str | Path
+    name: str,
+    area: dict,
+    crops: torch.Tensor,
+    *,
+    epochs: int,
+    lr: float,
+    seed: int,
+    out: str | Path,
 ) -> dict:
     """
     Fit a demo encoder's readout to an area's noisy responses with upstream's
@@ -167,7 +176,7 @@ def fit_demo_encoder(
     from multigeom.encoders.fitting import correlation_per_neuron
 
     encoder = build_demo_encoder(name, seed)
-    report = encoder.fit_readout(crops, area["noisy"], epochs=epochs, seed=seed)
+    report = encoder.fit_readout(crops, area["noisy"], epochs=epochs, lr=lr, seed=seed)
     truth_corr = float(
         correlation_per_neuron(encoder.predict(crops), area["clean"]).mean()
     )

@@ -88,13 +88,14 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS):
     if not pairs:
         raise ValueError(
             "no cross-model or cross-area comparison in the metrics: list "
-            "configurations that share an encoder or an area in the config key 'configs'"
+            "configurations that share an encoder or an area in the config key "
+            "'configs'"
         )
     names = sorted({pair_name(p) for p in pairs})
     colors = {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(names)}
     n_images = sorted({int(p["n_images"]) for p in pairs})
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
-    for ax, (metric, title) in zip(axes, PANELS):
+    for ax, (metric, title) in zip(axes, PANELS, strict=True):
         k_max = 1
         for p in sorted((p for p in pairs if p["metric"] == metric), key=pair_name):
             k = np.asarray(p["k"])
@@ -118,7 +119,9 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS):
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(r"subspace alignment $\mathcal{A}_k = \|V_A^\top V_B\|_F^2 / k$")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    axes[1].legend(
+        loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False
+    )
     shown = f"{n_images[0]}" if len(n_images) == 1 else f"{n_images[0]}-{n_images[-1]}"
     fig.suptitle(
         f"Fig. 4D-E: alignment of the top-k eigenvectors between configurations "
@@ -132,4 +135,6 @@ def save_figure(fig, *paths: str | Path, dpi: int = 150) -> None:
     """Save `fig` to each path (format from the suffix), each file atomically."""
     for path in paths:
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=Path(path).suffix.lstrip("."), dpi=dpi, bbox_inches="tight")
+            fig.savefig(
+                tmp, format=Path(path).suffix.lstrip("."), dpi=dpi, bbox_inches="tight"
+            )

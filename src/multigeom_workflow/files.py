@@ -26,7 +26,9 @@ def atomic_path(final: str | Path):
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".part", dir=final.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{final.name}.", suffix=".part", dir=final.parent
+    )
     os.close(fd)
     tmp = Path(tmp)
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 from pathlib import Path
 
 __all__ = ["job_log"]

@@ -53,7 +53,7 @@ N_PIXELS = 64 * 64
 
 
 class ConfigError(ValueError):
-    """A bad configuration value; the message is one line: key, value, what is allowed."""
+    """Bad configuration value; the message is one line: key, value, what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class Scenario:
         raise KeyError(f"({encoder!r}, {area!r}) is not a configuration of this run")
 
     def per_image_file(self, encoder: str, area: str, index: int) -> str:
-        """Upstream's per-image file: ``<runs_dir>/per_image/<enc>/<area>/img0003.pt``."""
+        """The per-image file ``<runs_dir>/per_image/<enc>/<area>/img0003.pt``."""
         return f"{self.runs_dir}/per_image/{encoder}/{area}/img{index:04d}.pt"
 
     def per_image_files(self, configuration: Configuration | None = None) -> list[str]:
@@ -151,7 +151,7 @@ class Scenario:
 def to_namespace(settings):
     """
     Settings as upstream's stages take them: nested dicts become nested
-    `types.SimpleNamespace` (what `multigeom.config.load_config` returns for a YAML file).
+    `types.SimpleNamespace`, as `multigeom.config.load_config` returns a YAML file.
     """
     if isinstance(settings, dict):
         return SimpleNamespace(**{k: to_namespace(v) for k, v in settings.items()})
@@ -236,7 +236,9 @@ def _get(settings: dict, dotted: str, key: str, file: Path):
     return node
 
 
-def _check_estimator(est: dict, diff: dict, top_k: int, est_file: Path, diff_file: Path):
+def _check_estimator(
+    est: dict, diff: dict, top_k: int, est_file: Path, diff_file: Path
+):
     """The checks that upstream makes while running, made before any job."""
     mc = "monte_carlo"
     n_samples = int(_get(est, f"{mc}.n_samples", "estimator", est_file))
@@ -250,7 +252,8 @@ def _check_estimator(est: dict, diff: dict, top_k: int, est_file: Path, diff_fil
     if batch < 1 or n_samples % batch:
         raise ConfigError(
             f"config key 'estimator' = {str(est_file)!r}: monte_carlo.n_samples = "
-            f"{n_samples} must be a positive multiple of monte_carlo.batch_size = {batch}"
+            f"{n_samples} must be a positive multiple of monte_carlo.batch_size = "
+            f"{batch}"
         )
     timesteps = range(int(grid["start"]), int(grid["stop"]) + 1, int(grid["step"]))
     if len(timesteps) < 2 or timesteps[0] < 0 or timesteps[-1] >= n_train_t:
@@ -275,7 +278,8 @@ def _check_estimator(est: dict, diff: dict, top_k: int, est_file: Path, diff_fil
     if top_k > n_neurons:
         raise ConfigError(
             f"config key 'top_k' = {top_k}: J(x) has rank at most the {n_neurons} "
-            f"neurons of the diffusion model's conditioning; at most {n_neurons} allowed"
+            f"neurons of the diffusion model's conditioning; at most {n_neurons} "
+            "allowed"
         )
 
 
@@ -330,8 +334,8 @@ def _configurations(config: dict, runs_dir: str) -> tuple[Configuration, ...]:
         demo = area in DEMO_AREAS
         if demo and enc not in DEMO_ENCODERS:
             raise ConfigError(
-                f"config key '{key}.encoder' = {enc!r}: the demo area {area!r} is built "
-                f"for the demo encoders only; allowed: {', '.join(DEMO_ENCODERS)}"
+                f"config key '{key}.encoder' = {enc!r}: the demo area {area!r} is "
+                f"built for the demo encoders only; allowed: {', '.join(DEMO_ENCODERS)}"
             )
         if not demo and enc not in PAPER_ENCODERS:
             raise ConfigError(
@@ -389,8 +393,12 @@ def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
             f"config key 'n_images' = {n_images}: the test set of source {source!r} "
             f"has {len(files)} images; allowed: 1 to {len(files)}"
         )
-    est_file = resolve_settings_file(str(config["estimator"]), "estimator", workflow_dir)
-    diff_file = resolve_settings_file(str(config["diffusion"]), "diffusion", workflow_dir)
+    est_file = resolve_settings_file(
+        str(config["estimator"]), "estimator", workflow_dir
+    )
+    diff_file = resolve_settings_file(
+        str(config["diffusion"]), "diffusion", workflow_dir
+    )
     estimator = copy.deepcopy(_load_yaml(est_file, "estimator"))
     diffusion = _load_yaml(diff_file, "diffusion")
     top_k, seed = int(config["top_k"]), int(config["seed"])

@@ -1,0 +1,87 @@
+"""The embedded demo's assets: real photographs, crops, synthetic areas, encoders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from multigeom_workflow.demo import (
+    build_demo_encoder,
+    cut_training_crops,
+    export_photo,
+    simulate_area,
+)
+from multigeom_workflow.test_images import (
+    DEMO_TEST_PHOTOS,
+    DEMO_TRAIN_PHOTOS,
+    package_photo,
+)
+
+
+def test_test_and_training_photographs_are_apart_and_shipped():
+    assert len(DEMO_TEST_PHOTOS) >= 16
+    assert not set(DEMO_TEST_PHOTOS) & set(DEMO_TRAIN_PHOTOS)
+    for package, name in DEMO_TEST_PHOTOS + DEMO_TRAIN_PHOTOS:
+        assert package_photo(package, name).stat().st_size > 1000
+
+
+def test_missing_photo_is_named():
+    with pytest.raises(FileNotFoundError, match="data/nothing.png"):
+        package_photo("skimage", "nothing.png")
+
+
+@pytest.mark.parametrize(
+    "photo",
+    [DEMO_TEST_PHOTOS[0], ("plenoptic", "einstein.pgm"), ("skimage", "rocket.jpg")],
+)
+def test_exported_photo_keeps_its_pixels(photo, tmp_path):
+    source = package_photo(*photo)
+    export_photo(source, tmp_path / "img.png")
+    with Image.open(source) as a, Image.open(tmp_path / "img.png") as b:
+        assert a.mode == b.mode
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_crops_are_deterministic_canonical_images():
+    a, b = cut_training_crops(12, seed=3), cut_training_crops(12, seed=3)
+    assert a.shape == (12, 1, 64, 64) and torch.equal(a, b)
+    assert a.min() >= -1.0 and a.max() <= 1.0
+    assert not torch.equal(a, cut_training_crops(12, seed=4))
+    # Different crops, not one repeated.
+    assert len({tuple(c.flatten()[:50].tolist()) for c in a}) == 12
+
+
+@pytest.fixture(scope="module")
+def crops():
+    return cut_training_crops(64, seed=0)
+
+
+@pytest.mark.parametrize("area, n_complex", [("complex", 50), ("simple", 0)])
+def test_areas_have_known_ground_truth(crops, area, n_complex):
+    from multigeom.datasets import GaborTeacher
+
+    sim = simulate_area(area, crops, seed=0, noise_sigma=0.22)
+    teacher = GaborTeacher(**sim["teacher_kwargs"])
+    teacher.load_state_dict(sim["teacher_state"])
+    assert int(teacher.is_complex.sum()) == n_complex
+    with torch.no_grad():
+        assert torch.allclose(teacher(crops), sim["clean"], atol=1e-6)
+    # Calibrated to unit standard deviation, then noise of sigma 0.22 on top.
+    assert torch.allclose(sim["clean"].std(0), torch.ones(50), atol=1e-3)
+    assert (sim["noisy"] - sim["clean"]).std().item() == pytest.approx(0.22, rel=0.1)
+
+
+def test_the_two_areas_differ(crops):
+    a = simulate_area("complex", crops, seed=0, noise_sigma=0.22)
+    b = simulate_area("simple", crops, seed=0, noise_sigma=0.22)
+    assert not torch.allclose(a["clean"], b["clean"])
+
+
+def test_smallcnn_weights_come_from_the_seed():
+    a, b, c = (build_demo_encoder("smallcnn", s) for s in (0, 0, 1))
+    wa, wb, wc = (e.backbone.features[0].weight for e in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+    with pytest.raises(ValueError, match="allowed: onoff, smallcnn"):
+        build_demo_encoder("inception", 0)
