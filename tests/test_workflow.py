@@ -116,3 +116,15 @@ def test_resume_recomputes_only_the_deleted_image(tiny_copy):
     redone = torch.load(victim, weights_only=False)
     for key in ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors"):
         assert torch.equal(redone[key], original[key]), key
+
+
+def test_lint_has_only_the_one_environment_remark(tmp_path):
+    """
+    `snakemake --lint` finds nothing but its per-rule conda suggestion: the workflow
+    runs in the one environment it is installed in (README, "Development").
+    """
+    result = run_snakemake(tmp_path, "--lint")
+    text = result.stdout + result.stderr
+    remarks = [line.strip() for line in text.splitlines() if line.startswith("    * ")]
+    assert remarks, text
+    assert set(remarks) == {"* Specify a conda environment or container for each rule.:"}
