@@ -55,8 +55,16 @@ wildcard_constraints:
 
 
 def get_final_outputs():
-    """The figure (and through it Stage 5 and every per-image file)."""
-    return [f"{RESULTS}/fig4de.png", f"{RESULTS}/fig4de.pdf"]
+    """
+    Every per-image file, Stage 5's metrics and the figure. The per-image files are
+    targets themselves, so that one deleted after the figure was drawn is recomputed.
+    """
+    return [
+        *SCENARIO.per_image_files(),
+        f"{RUNS}/metrics/cross_encoder_metrics.json",
+        f"{RESULTS}/fig4de.png",
+        f"{RESULTS}/fig4de.pdf",
+    ]
 
 
 def get_configuration(wildcards):

@@ -72,7 +72,7 @@ def test_stage5_and_figure_are_written(tiny_run):
     for pair in metrics["pairs"].values():
         assert pair["n_images"] == N_IMAGES
         assert pair["k"] == list(range(1, TOP_K + 1))
-        assert all(0.0 <= a <= 1.0 + 1e-9 for a in pair["alignment_mean"])
+        assert all(0.0 <= a <= 1.0 + 1e-5 for a in pair["alignment_mean"])  # float32
     assert "cross_model_complex_onoff_smallcnn__G" in metrics["named"]
     png = (tiny_run / "results" / "fig4de.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 20_000
@@ -127,4 +127,6 @@ def test_lint_has_only_the_one_environment_remark(tmp_path):
     text = result.stdout + result.stderr
     remarks = [line.strip() for line in text.splitlines() if line.startswith("    * ")]
     assert remarks, text
-    assert set(remarks) == {"* Specify a conda environment or container for each rule.:"}
+    assert set(remarks) == {
+        "* Specify a conda environment or container for each rule.:"
+    }
