@@ -44,9 +44,8 @@ def main(argv=None):
         print(f"share of per-image job time outside the estimator: {outside:.1%}")
     for rule, seconds in bench.items():
         if rule != "estimate_image":
-            print(
-                f"{rule}: {len(seconds)} jobs, median {statistics.median(seconds):.1f} s"
-            )
+            median = statistics.median(seconds)
+            print(f"{rule}: {len(seconds)} jobs, median {median:.1f} s")
     if args.wall:
         busy = sum(inside) / (args.wall * args.cores)
         print(
