@@ -174,3 +174,12 @@ def test_estimator_settings_checked_before_any_job(tmp_path, monkeypatch, edit, 
     with pytest.raises(ConfigError, match=match) as err:
         load_scenario(config(estimator="est.yaml"), REPO)
     assert "\n" not in str(err.value)
+
+
+def test_schema_allows_the_encoders_and_areas_the_scenario_knows():
+    from multigeom_workflow.scenario import AREAS, ENCODERS
+
+    schema = yaml.safe_load(Path(SCHEMA).read_text())
+    entry = schema["$defs"]["configuration"]["properties"]
+    assert sorted(entry["encoder"]["enum"]) == sorted(ENCODERS)
+    assert sorted(entry["area"]["enum"]) == sorted(AREAS)
