@@ -12,6 +12,7 @@ configfile: "config/config.yaml"
 
 include: "rules/common.smk"
 include: "rules/demo.smk"
+include: "rules/fetch.smk"
 include: "rules/estimate.smk"
 include: "rules/alignment.smk"
 include: "rules/figures.smk"

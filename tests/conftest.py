@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -19,17 +20,28 @@ CONFIGURATIONS = [
 ]
 
 
-def run_snakemake(workdir: Path, *args: str, configfile: Path | None = TINY_CONFIG):
+def run_snakemake(
+    workdir: Path,
+    *args: str,
+    configfile: Path | None = TINY_CONFIG,
+    env: dict | None = None,
+):
     """
     Run the workflow's Snakefile in `workdir` (``--directory``) with the reduced demo's
-    configuration; returns the CompletedProcess (stdout and stderr as text).
+    configuration (and `env` added to the environment); returns the CompletedProcess
+    (stdout and stderr as text).
     """
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
     cmd += ["--directory", str(workdir), "--cores", "2"]
     if configfile is not None:
         cmd += ["--configfile", str(configfile)]
     return subprocess.run(
-        [*cmd, *args], cwd=workdir, capture_output=True, text=True, check=False
+        [*cmd, *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
 
 

@@ -183,3 +183,42 @@ def test_schema_allows_the_encoders_and_areas_the_scenario_knows():
     entry = schema["$defs"]["configuration"]["properties"]
     assert sorted(entry["encoder"]["enum"]) == sorted(ENCODERS)
     assert sorted(entry["area"]["enum"]) == sorted(AREAS)
+
+
+def test_backbone_weights_in_torch_home_let_a_run_start(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("enc.pt", "diff.pt"):
+        (tmp_path / name).write_bytes(b"x")
+    entry = {
+        "encoder": "resnet50",
+        "area": "V4",
+        "encoder_ckpt": "enc.pt",
+        "diffusion_ckpt": "diff.pt",
+    }
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    (blocker,) = load_scenario(config(configs=[entry]), REPO).blockers
+    assert (
+        f"{tmp_path}/torch/hub/checkpoints/resnet50-11ad3fa6.pth are missing" in blocker
+    )
+    (tmp_path / "torch/hub/checkpoints").mkdir(parents=True)
+    (tmp_path / "torch/hub/checkpoints/resnet50-11ad3fa6.pth").write_bytes(b"w")
+    assert load_scenario(config(configs=[entry]), REPO).blockers == ()
+
+
+def test_hub_checkpoints_need_no_file_but_own_paths_do(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    hub = {"source": "hub"}
+    s = load_scenario(
+        config(configs=[{"encoder": "onoff", "area": "V1"}], checkpoints=hub), REPO
+    )
+    assert (
+        s.configuration("onoff", "V1").encoder_ckpt
+        == "runs/encoders/onoff/V1/best_model.pt"
+    )
+    own = {"encoder": "onoff", "area": "V1", "encoder_ckpt": "mine.pt"}
+    with pytest.raises(
+        ConfigError, match=r"encoder_ckpt' = 'mine.pt': no such checkpoint"
+    ):
+        load_scenario(config(configs=[own], checkpoints=hub), REPO)
+    with pytest.raises(ConfigError, match="or set checkpoints.source: hub"):
+        load_scenario(config(configs=[{"encoder": "onoff", "area": "V1"}]), REPO)

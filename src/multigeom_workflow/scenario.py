@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import yaml
 
+from .fetch import missing_backbone_weights, tinyimagenet_val_files
 from .test_images import DEMO_TEST_PHOTOS, list_folder_images, list_tinyimagenet_val
 
 __all__ = [
@@ -107,6 +108,10 @@ class Scenario:
         The files they were read from.
     test_image_files : tuple of str
         The whole ordered test set; image i is ``test_image_files[i]``.
+    blockers : tuple of str
+        One-line problems that must stop a real run before any job, but not a dry run,
+        which shows its plan with these as warnings (e.g. torchvision weights missing
+        from its cache).
     """
 
     configurations: tuple[Configuration, ...]
@@ -121,6 +126,7 @@ class Scenario:
     diffusion_file: Path
     test_source: str
     test_image_files: tuple[str, ...]
+    blockers: tuple[str, ...] = ()
 
     @property
     def uses_gpu(self) -> bool:
@@ -284,8 +290,8 @@ def _check_estimator(
 
 
 def _test_images(config: dict, runs_dir: str) -> tuple[str, tuple[str, ...]]:
-    source = config["test_images"]["source"]
-    path = config["test_images"].get("path")
+    settings = config["test_images"]
+    source, path = settings["source"], settings.get("path")
     if source == "demo":
         files = [
             f"{runs_dir}/demo/test_images/img{i:04d}.png"
@@ -297,11 +303,15 @@ def _test_images(config: dict, runs_dir: str) -> tuple[str, tuple[str, ...]]:
             f"config key 'test_images.path' = {path!r}: a folder is required when "
             f"test_images.source is {source!r}"
         )
+    if source == "tinyimagenet" and settings.get("download"):
+        # Known before the download; the workflow's rules fetch what is needed.
+        return source, tuple(tinyimagenet_val_files(path))
     folder = Path(path)
     lister = list_tinyimagenet_val if source == "tinyimagenet" else list_folder_images
     if not folder.is_dir():
         what = (
-            "the folder that holds tiny-imagenet-200/val"
+            "the folder that holds tiny-imagenet-200/val (or set "
+            "test_images.download: true)"
             if source == "tinyimagenet"
             else "a folder of image files"
         )
@@ -348,14 +358,32 @@ def _configurations(config: dict, runs_dir: str) -> tuple[Configuration, ...]:
         diff_ckpt = entry.get("diffusion_ckpt") or (
             f"{runs_dir}/diffusion/{enc}/{area}/final_model.pt"
         )
+        # The workflow's rules build the demo's checkpoints and fetch the paper's
+        # from the Hub; any other file must exist (bring your own encoder).
+        built = demo or config["checkpoints"]["source"] == "hub"
         for name, value in (("encoder_ckpt", enc_ckpt), ("diffusion_ckpt", diff_ckpt)):
-            if not demo or entry.get(name):  # the demo's own are built by its rules
-                if not Path(value).is_file():
-                    raise ConfigError(
-                        f"config key '{key}.{name}' = {value!r}: no such checkpoint "
-                        f"file; give the path of the {enc}/{area} checkpoint"
-                    )
+            if (entry.get(name) or not built) and not Path(value).is_file():
+                hint = "" if demo else ", or set checkpoints.source: hub"
+                raise ConfigError(
+                    f"config key '{key}.{name}' = {value!r}: no such checkpoint "
+                    f"file; give the path of the {enc}/{area} checkpoint{hint}"
+                )
         out.append(Configuration(enc, area, enc_ckpt, diff_ckpt))
+    return tuple(out)
+
+
+def _blockers(configurations) -> tuple[str, ...]:
+    """Problems that stop a real run before any job but not a dry run (its plan)."""
+    out, seen = [], set()
+    for i, c in enumerate(configurations):
+        missing = missing_backbone_weights(c.encoder)
+        if missing and c.encoder not in seen:
+            seen.add(c.encoder)
+            out.append(
+                f"config key 'configs[{i}].encoder' = {c.encoder!r}: torchvision's "
+                f"backbone weights {missing[0]} are missing; with network, cache them "
+                f"with {missing[1]} (or set TORCH_HOME to a folder that has them)"
+            )
     return tuple(out)
 
 
@@ -419,4 +447,5 @@ def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
         diffusion_file=diff_file,
         test_source=source,
         test_image_files=files,
+        blockers=_blockers(configurations),
     )

@@ -1,0 +1,70 @@
+# Fetching the paper's inputs: the published checkpoints from the Hugging Face Hub and
+# the TinyImageNet test images. Defined only when the configuration asks for them
+# (checkpoints.source: hub, test_images.download: true).
+
+from multigeom_workflow.fetch import hub_filename
+
+HUB = config["checkpoints"]
+TEST_IMAGES = config["test_images"]
+
+
+if HUB["source"] == "hub":
+
+    rule fetch_encoder:
+        output:
+            f"{RUNS}/encoders/{{encoder}}/{{area}}/best_model.pt",
+        wildcard_constraints:
+            encoder="inception|resnet50|onoff",
+            area="V1|V4",
+        params:
+            filename=lambda w: hub_filename("encoders", w.encoder, w.area),
+            repo_id=HUB["repo_id"],
+            revision=HUB["revision"],
+        log:
+            "logs/fetch_encoder/{encoder}/{area}.log",
+        retries: 2
+        script:
+            "../scripts/fetch_checkpoint.py"
+
+    rule fetch_diffusion:
+        output:
+            f"{RUNS}/diffusion/{{encoder}}/{{area}}/final_model.pt",
+        wildcard_constraints:
+            encoder="inception|resnet50|onoff",
+            area="V1|V4",
+        params:
+            filename=lambda w: hub_filename("diffusion", w.encoder, w.area),
+            repo_id=HUB["repo_id"],
+            revision=HUB["revision"],
+        log:
+            "logs/fetch_diffusion/{encoder}/{area}.log",
+        retries: 2
+        script:
+            "../scripts/fetch_checkpoint.py"
+
+
+if SCENARIO.test_source == "tinyimagenet" and TEST_IMAGES["download"]:
+
+    rule download_tinyimagenet:
+        output:
+            f"{TEST_IMAGES['path']}/tiny-imagenet-200.zip",
+        params:
+            urls=TEST_IMAGES["urls"],
+            expected_bytes=TEST_IMAGES["archive_bytes"],
+        log:
+            "logs/download_tinyimagenet.log",
+        retries: 2
+        script:
+            "../scripts/download_tinyimagenet.py"
+
+    rule extract_test_image:
+        input:
+            archive=rules.download_tinyimagenet.output[0],
+        output:
+            f"{TEST_IMAGES['path']}/tiny-imagenet-200/val/images/{{name}}.JPEG",
+        wildcard_constraints:
+            name=r"val_\d+",
+        log:
+            "logs/extract_test_image/{name}.log",
+        script:
+            "../scripts/extract_test_image.py"

@@ -1,0 +1,16 @@
+"""Rules fetch_encoder, fetch_diffusion: a published checkpoint from the Hub."""
+
+from multigeom_workflow.fetch import fetch_checkpoint
+from multigeom_workflow.jobs import job_log
+
+with job_log(snakemake.log[0]):
+    kind = snakemake.params.filename.split("/", 1)[0]
+    fetch_checkpoint(
+        kind,
+        snakemake.wildcards.encoder,
+        snakemake.wildcards.area,
+        snakemake.output[0],
+        repo_id=snakemake.params.repo_id,
+        revision=snakemake.params.revision,
+    )
+    print(f"{snakemake.params.filename} -> {snakemake.output[0]}")

@@ -1,0 +1,237 @@
+"""
+Fetching the paper's inputs: the published checkpoints from the Hugging Face Hub, the
+TinyImageNet test images, and the check that torchvision's backbone weights are cached.
+
+* Checkpoints: ``encoders/<enc>/<area>/best_model.pt`` and
+  ``diffusion/<enc>/<area>/final_model.pt`` of the Hub repository upstream uses
+  (`HUB_REPO`), downloaded with `huggingface_hub.hf_hub_download` (its cache, an
+  optional revision, ``HF_TOKEN`` when set, ``HF_ENDPOINT`` for another server), then
+  copied into upstream's run layout.
+* TinyImageNet: the archive is downloaded with upstream's
+  `multigeom.datasets.download.download_file` (resumes an interrupted transfer, checks
+  the size), checked as a zip, and only the test images the run needs are extracted,
+  one file per job.
+
+Every file appears complete or not at all (`multigeom_workflow.files.atomic_path`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+from http.client import HTTPException
+from pathlib import Path
+
+from .files import atomic_path
+
+__all__ = [
+    "BACKBONE_WEIGHTS",
+    "HUB_REPO",
+    "TINYIMAGENET_BYTES",
+    "TINYIMAGENET_URLS",
+    "download_tinyimagenet_archive",
+    "extract_member",
+    "fetch_checkpoint",
+    "hub_filename",
+    "missing_backbone_weights",
+    "tinyimagenet_val_files",
+    "torch_hub_checkpoints_dir",
+]
+
+#: The Hub repository of the paper's checkpoints (upstream
+#: `multigeom.encoders.neural.DEFAULT_REPO`).
+HUB_REPO = "steevelaquitaine/multigeom"
+#: Where TinyImageNet comes from and its archive's size in bytes (upstream
+#: `multigeom.datasets.download.TINYIMAGENET_URLS` and `TINYIMAGENET_BYTES`).
+TINYIMAGENET_URLS = (
+    "https://cs231n.stanford.edu/tiny-imagenet-200.zip",
+    "https://image-net.org/data/tiny-imagenet-200.zip",
+)
+TINYIMAGENET_BYTES = 248100043
+#: TinyImageNet's validation images: val_0.JPEG ... val_9999.JPEG in val/images.
+TINYIMAGENET_VAL_COUNT = 10000
+#: Torchvision's weight files of the paper's backbones (the file names of
+#: `Inception_V3_Weights.IMAGENET1K_V1` and `ResNet50_Weights.IMAGENET1K_V2`), and how
+#: to put each in torchvision's cache.
+BACKBONE_WEIGHTS = {
+    "inception": (
+        "inception_v3_google-0cc3c7bd.pth",
+        'python -c "import torchvision; '
+        "torchvision.models.inception_v3(weights='IMAGENET1K_V1')\"",
+    ),
+    "resnet50": (
+        "resnet50-11ad3fa6.pth",
+        'python -c "import torchvision; '
+        "torchvision.models.resnet50(weights='IMAGENET1K_V2')\"",
+    ),
+}
+CHECKPOINT_NAMES = {"encoders": "best_model.pt", "diffusion": "final_model.pt"}
+
+
+def hub_filename(kind: str, encoder: str, area: str) -> str:
+    """
+    The checkpoint's path in the Hub repository, e.g.
+    ``encoders/inception/V1/best_model.pt`` (kind ``encoders``) or
+    ``diffusion/inception/V1/final_model.pt`` (kind ``diffusion``).
+    """
+    return f"{kind}/{encoder}/{area}/{CHECKPOINT_NAMES[kind]}"
+
+
+def fetch_checkpoint(
+    kind: str,
+    encoder: str,
+    area: str,
+    out: str | Path,
+    *,
+    repo_id: str = HUB_REPO,
+    revision: str | None = None,
+    endpoint: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> Path:
+    """
+    Download a published checkpoint into the Hugging Face cache and copy it to `out`.
+
+    Parameters
+    ----------
+    kind : {"encoders", "diffusion"}
+    encoder, area : str
+    out : str or Path
+        Its place in upstream's run layout.
+    repo_id, revision : str
+        The Hub repository and an optional revision (commit, tag or branch).
+    endpoint, cache_dir : str, optional
+        The Hub server and the cache folder; by default huggingface_hub's own
+        (``HF_ENDPOINT``, ``HF_HOME``). ``HF_TOKEN`` is sent when set.
+
+    Returns
+    -------
+    Path
+        `out`, a file that `torch.load` reads and that holds ``model_state_dict``.
+
+    Raises
+    ------
+    RuntimeError
+        One line naming the file, the repository and the server's answer (missing file,
+        no access, no network), or a download that is not a checkpoint. Nothing is
+        written to `out` then.
+    """
+    import torch
+    from huggingface_hub import constants, hf_hub_download
+
+    filename = hub_filename(kind, encoder, area)
+    where = f"{filename} of {repo_id}" + (f"@{revision}" if revision else "")
+    where += f" on {endpoint or constants.ENDPOINT}"
+    try:
+        cached = hf_hub_download(
+            repo_id,
+            filename,
+            revision=revision,
+            endpoint=endpoint,
+            cache_dir=cache_dir,
+            token=os.environ.get("HF_TOKEN") or None,
+        )
+    except Exception as err:  # huggingface_hub's and the network's errors alike
+        reason = " ".join(str(err).split())[:300]
+        raise RuntimeError(
+            f"could not download {where}: {type(err).__name__}: {reason}"
+        ) from err
+    try:
+        ckpt = torch.load(cached, map_location="cpu", weights_only=False)
+    except Exception as err:
+        raise RuntimeError(
+            f"{where} is not a readable checkpoint ({type(err).__name__}: {err}); "
+            f"delete {cached} from the Hugging Face cache and try again"
+        ) from err
+    if not isinstance(ckpt, dict) or "model_state_dict" not in ckpt:
+        raise RuntimeError(f"{where} holds no 'model_state_dict'")
+    with atomic_path(out) as tmp:
+        shutil.copyfile(cached, tmp)
+    return Path(out)
+
+
+def tinyimagenet_val_files(root: str | Path, count: int = TINYIMAGENET_VAL_COUNT):
+    """
+    TinyImageNet's validation images under `root` (the folder that holds
+    ``tiny-imagenet-200``), in upstream's order (sorted paths), known before the
+    download: ``val_0.JPEG``, ``val_1.JPEG``, ``val_10.JPEG``, ...
+    """
+    images = Path(root) / "tiny-imagenet-200" / "val" / "images"
+    return sorted(str(images / f"val_{i}.JPEG") for i in range(count))
+
+
+def download_tinyimagenet_archive(
+    out: str | Path, urls=TINYIMAGENET_URLS, expected_bytes: int | None = None
+) -> Path:
+    """
+    Download TinyImageNet's archive to `out`, trying `urls` in order, with upstream's
+    `download_file` (an interrupted transfer is resumed from ``<out>.part`` when the
+    server allows it, else redone; the file gets its final name only at the expected
+    size), then check it is a valid zip.
+
+    Raises
+    ------
+    RuntimeError
+        When no URL gives a valid archive: one line per URL with its error. A corrupt
+        or truncated archive is deleted.
+    """
+    from multigeom.datasets.download import download_file
+
+    out = Path(out)
+    errors = []
+    for url in urls:
+        try:
+            download_file(url, out, expected_bytes)
+            with zipfile.ZipFile(out) as z:
+                bad = z.testzip()
+            if bad is not None:
+                raise zipfile.BadZipFile(f"corrupt member {bad}")
+            return out
+        except (OSError, HTTPException, zipfile.BadZipFile) as err:
+            # URLError is an OSError; a transfer cut short is an IncompleteRead
+            errors.append(f"{url}: {type(err).__name__}: {err}")
+            out.unlink(missing_ok=True)
+    raise RuntimeError("could not download TinyImageNet: " + "; ".join(errors))
+
+
+def extract_member(archive: str | Path, member: str, out: str | Path) -> Path:
+    """
+    Copy one member of a zip archive to `out`, atomically.
+
+    Raises
+    ------
+    KeyError
+        If the archive has no such member (the message names both).
+    """
+    with zipfile.ZipFile(archive) as z:
+        try:
+            info = z.getinfo(member)
+        except KeyError:
+            raise KeyError(f"{archive} has no member {member}") from None
+        with z.open(info) as src, atomic_path(out) as tmp, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return Path(out)
+
+
+def torch_hub_checkpoints_dir() -> Path:
+    """
+    Torchvision's weight cache, ``<torch hub dir>/checkpoints``, found as
+    `torch.hub.get_dir` finds it ($TORCH_HOME, else $XDG_CACHE_HOME/torch, else
+    ~/.cache/torch; then ``hub``) without importing torch.
+    """
+    home = os.environ.get("TORCH_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch"
+    )
+    return Path(os.path.expanduser(home)) / "hub" / "checkpoints"
+
+
+def missing_backbone_weights(encoder: str) -> tuple[Path, str] | None:
+    """
+    For an encoder with an ImageNet backbone from torchvision, (its weight file, a
+    command that caches it) if the file is not in torchvision's cache; else None.
+    """
+    if encoder not in BACKBONE_WEIGHTS:
+        return None
+    name, command = BACKBONE_WEIGHTS[encoder]
+    path = torch_hub_checkpoints_dir() / name
+    return None if path.is_file() else (path, command)

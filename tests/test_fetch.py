@@ -1,0 +1,219 @@
+"""
+Fetching the paper's inputs from servers on 127.0.0.1 that stand in for the Hugging
+Face Hub and TinyImageNet's host: downloads verified, interrupted transfers resumed or
+redone, bad answers failing with a clear message and leaving nothing that looks
+finished.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import pytest
+import torch
+from fakes import FileServer, hub_path, tinyimagenet_zip
+
+from multigeom_workflow.fetch import (
+    BACKBONE_WEIGHTS,
+    download_tinyimagenet_archive,
+    extract_member,
+    fetch_checkpoint,
+    tinyimagenet_val_files,
+    torch_hub_checkpoints_dir,
+)
+
+REPO_ID = "lab/checkpoints"
+
+
+def checkpoint_bytes(seed: int) -> bytes:
+    buf = io.BytesIO()
+    torch.manual_seed(seed)
+    torch.save({"model_state_dict": {"w": torch.randn(3000)}, "epoch": 7}, buf)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def hub(tmp_path):
+    files = {
+        hub_path(REPO_ID, "encoders/onoff/V1/best_model.pt"): checkpoint_bytes(0),
+        hub_path(REPO_ID, "diffusion/onoff/V1/final_model.pt"): checkpoint_bytes(1),
+        hub_path(REPO_ID, "encoders/onoff/V4/best_model.pt"): b"not a checkpoint",
+    }
+    with FileServer(files) as server:
+        server.cache = tmp_path / "hf-cache"
+        yield server
+
+
+def fetch(hub, kind, area, out, **kw):
+    return fetch_checkpoint(
+        kind,
+        "onoff",
+        area,
+        out,
+        repo_id=REPO_ID,
+        endpoint=hub.url,
+        cache_dir=hub.cache,
+        **kw,
+    )
+
+
+def test_checkpoint_lands_in_the_run_layout_through_the_cache(hub, tmp_path):
+    out = tmp_path / "runs/encoders/onoff/V1/best_model.pt"
+    fetch(hub, "encoders", "V1", out)
+    assert out.read_bytes() == checkpoint_bytes(0)
+    assert list(hub.cache.rglob("best_model.pt"))  # huggingface_hub's cache
+    # The cache answers when the server is gone (no network).
+    hub.httpd.shutdown()
+    hub.httpd.server_close()
+    again = tmp_path / "again.pt"
+    fetch(hub, "encoders", "V1", again)
+    assert again.read_bytes() == checkpoint_bytes(0)
+
+
+def test_missing_file_fails_with_its_name(hub, tmp_path):
+    out = tmp_path / "final_model.pt"
+    with pytest.raises(
+        RuntimeError, match="could not download diffusion/onoff/V4/final"
+    ):
+        fetch(hub, "diffusion", "V4", out)
+    assert not out.exists()
+
+
+def test_not_a_checkpoint_is_refused(hub, tmp_path):
+    out = tmp_path / "best_model.pt"
+    with pytest.raises(
+        RuntimeError, match="encoders/onoff/V4/best_model.pt of lab/che"
+    ):
+        fetch(hub, "encoders", "V4", out)
+    assert not out.exists()
+
+
+def test_interrupted_checkpoint_transfer_is_redone(hub, tmp_path):
+    path = hub_path(REPO_ID, "diffusion/onoff/V1/final_model.pt")
+    hub.cut_next[path] = 5000
+    out = tmp_path / "final_model.pt"
+    with pytest.raises(RuntimeError, match="could not download"):
+        fetch(hub, "diffusion", "V1", out)
+    assert not out.exists()
+    fetch(hub, "diffusion", "V1", out)  # what Snakemake's retries do
+    assert out.read_bytes() == checkpoint_bytes(1)
+    gets = [r for r in hub.requests if r[0] == "GET" and r[1] == path]
+    # huggingface_hub starts the transfer again (or resumes it at byte 5000).
+    assert len(gets) == 2 and gets[1][2] in (None, "bytes=5000-")
+
+
+def test_wrong_checkpoint_size_is_refused(hub, tmp_path):
+    path = hub_path(REPO_ID, "encoders/onoff/V1/best_model.pt")
+    hub.announce[path] = len(hub.files[path]) + 10
+    out = tmp_path / "best_model.pt"
+    with pytest.raises(RuntimeError, match="could not download"):
+        fetch(hub, "encoders", "V1", out)
+    assert not out.exists()
+
+
+ZIP = tinyimagenet_zip(12)
+
+
+@pytest.fixture
+def host():
+    with FileServer({"/tiny.zip": ZIP, "/bad.zip": b"x" * len(ZIP)}) as server:
+        yield server
+
+
+def test_archive_download_is_checked(host, tmp_path):
+    out = tmp_path / "tiny-imagenet-200.zip"
+    download_tinyimagenet_archive(out, [f"{host.url}/tiny.zip"], len(ZIP))
+    assert out.read_bytes() == ZIP
+
+
+def test_interrupted_archive_transfer_is_redone(host, tmp_path):
+    out = tmp_path / "tiny-imagenet-200.zip"
+    host.cut_next["/tiny.zip"] = 1000
+    with pytest.raises(RuntimeError, match=f"1000 bytes, expected {len(ZIP)}"):
+        download_tinyimagenet_archive(out, [f"{host.url}/tiny.zip"], len(ZIP))
+    assert list(tmp_path.iterdir()) == []  # upstream's download_file drops the part
+    download_tinyimagenet_archive(out, [f"{host.url}/tiny.zip"], len(ZIP))
+    assert out.read_bytes() == ZIP
+    assert host.requests[-1] == ("GET", "/tiny.zip", None)
+
+
+def test_partial_archive_left_by_a_killed_job_is_resumed(host, tmp_path):
+    out = tmp_path / "tiny-imagenet-200.zip"
+    (tmp_path / "tiny-imagenet-200.zip.part").write_bytes(ZIP[:1000])
+    download_tinyimagenet_archive(out, [f"{host.url}/tiny.zip"], len(ZIP))
+    assert out.read_bytes() == ZIP
+    assert host.requests[-1] == ("GET", "/tiny.zip", "bytes=1000-")
+
+
+@pytest.mark.parametrize(
+    "urls, expected, match",
+    [
+        (["/missing.zip"], len(ZIP), "HTTP Error 404"),
+        (["/tiny.zip"], len(ZIP) + 1, f"{len(ZIP)} bytes, expected {len(ZIP) + 1}"),
+        (["/bad.zip"], len(ZIP), "BadZipFile"),
+    ],
+    ids=["404", "wrong size", "corrupt zip"],
+)
+def test_bad_archive_fails_and_leaves_nothing(host, tmp_path, urls, expected, match):
+    out = tmp_path / "tiny-imagenet-200.zip"
+    with pytest.raises(RuntimeError, match=match):
+        download_tinyimagenet_archive(out, [host.url + u for u in urls], expected)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_second_source_is_tried(host, tmp_path):
+    out = tmp_path / "tiny-imagenet-200.zip"
+    urls = [f"{host.url}/missing.zip", f"{host.url}/tiny.zip"]
+    download_tinyimagenet_archive(out, urls, len(ZIP))
+    assert out.read_bytes() == ZIP
+
+
+def test_extracting_one_test_image(tmp_path):
+    archive = tmp_path / "a.zip"
+    archive.write_bytes(ZIP)
+    out = tmp_path / "val_3.JPEG"
+    extract_member(archive, "tiny-imagenet-200/val/images/val_3.JPEG", out)
+    with zipfile.ZipFile(archive) as z:
+        assert out.read_bytes() == z.read("tiny-imagenet-200/val/images/val_3.JPEG")
+    with pytest.raises(KeyError, match="no member tiny-imagenet-200/val/images/val_99"):
+        extract_member(archive, "tiny-imagenet-200/val/images/val_99.JPEG", out)
+
+
+def test_known_val_order_is_upstreams_on_the_full_set(tmp_path):
+    """The names known before the download are listed in upstream's order."""
+    from multigeom.datasets import TinyImageNetDataset
+
+    expected = tinyimagenet_val_files(tmp_path, count=120)
+    for f in expected:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_bytes(b"")
+    upstream = TinyImageNetDataset("val", tmp_path / "tiny-imagenet-200").image_paths
+    assert [str(p) for p in upstream] == expected
+    assert [p.rsplit("/", 1)[1] for p in expected[:4]] == [
+        "val_0.JPEG",
+        "val_1.JPEG",
+        "val_10.JPEG",
+        "val_100.JPEG",
+    ]
+
+
+@pytest.mark.parametrize(
+    "env", [{}, {"TORCH_HOME": "/x/th"}, {"XDG_CACHE_HOME": "/x/c"}]
+)
+def test_torch_cache_found_as_torch_finds_it(monkeypatch, env):
+    for key in ("TORCH_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert str(torch_hub_checkpoints_dir()) == torch.hub.get_dir() + "/checkpoints"
+
+
+def test_backbone_weight_files_are_torchvisions():
+    from torchvision.models import Inception_V3_Weights, ResNet50_Weights
+
+    for encoder, weights in (
+        ("inception", Inception_V3_Weights.IMAGENET1K_V1),
+        ("resnet50", ResNet50_Weights.IMAGENET1K_V2),
+    ):
+        assert BACKBONE_WEIGHTS[encoder][0] == weights.url.rsplit("/", 1)[1]
