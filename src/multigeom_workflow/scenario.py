@@ -214,7 +214,12 @@ def schema_error_line(error) -> str:
         for part in error.absolute_path
     ).lstrip(".")
     where = f"config key {key!r}" if key else "the configuration"
-    return f"{where}: {error.message}"
+    if isinstance(error.instance, (str, int, float, bool)) or error.instance is None:
+        where += f" = {error.instance!r}"
+    message = error.message
+    if error.validator == "pattern":  # a regular expression says little: describe it
+        message += f" ({' '.join(error.schema.get('description', '').split())})"
+    return f"{where}: {message}"
 
 
 def _load_yaml(path: Path, key: str) -> dict:
