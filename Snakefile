@@ -11,6 +11,7 @@ configfile: "config/config.yaml"
 
 
 include: "rules/common.smk"
+include: "rules/plan.smk"
 include: "rules/demo.smk"
 include: "rules/fetch.smk"
 include: "rules/estimate.smk"

@@ -4,43 +4,22 @@
 
 import sys
 
-import jsonschema
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
 try:
-    from multigeom_workflow.scenario import (
-        ConfigError,
-        load_scenario,
-        schema_error_line,
-    )
+    from multigeom_workflow.scenario import ConfigError, validated_scenario
 except ImportError as err:
     raise WorkflowError(
         f"the workflow's package is not installed ({err}): run `pip install -e .` "
         "in the repository (see README.md)"
     ) from None
 
-
-def _scenario(config):
-    """Validate `config` against the schema (filling defaults), then build the scenario."""
-    if isinstance(config.get("configs"), dict):  # a single pair is accepted
-        config["configs"] = [config["configs"]]
-    try:
-        validate(config, "../config/schemas/config.schema.yaml")
-        return load_scenario(config, workflow.basedir)
-    except WorkflowError as err:
-        cause = err.__context__  # what Snakemake's validate raised from
-        if not isinstance(cause, jsonschema.ValidationError):
-            raise
-        message = schema_error_line(cause)
-    except ConfigError as err:
-        message = str(err)
+try:  # the schema (config/schemas/config.schema.yaml), then the file-system checks
+    SCENARIO = validated_scenario(config, workflow.basedir)
+except ConfigError as err:
     # One line on stderr and exit status 1, before any job: Snakemake would wrap a
     # raised error in a traceback of the rule files.
-    sys.exit(f"config error: {message}")
-
-
-SCENARIO = _scenario(config)
+    sys.exit(f"config error: {err}")
 for _problem in SCENARIO.blockers:  # stop a real run; a dry run shows its plan
     if not workflow.output_settings.dryrun:
         sys.exit(f"config error: {_problem}")

@@ -5,7 +5,11 @@ from pathlib import Path
 import torch
 from multigeom.utils import provenance
 
-from multigeom_workflow.estimate import estimate_to_file, load_models
+from multigeom_workflow.estimate import (
+    device_provenance,
+    estimate_to_file,
+    load_models,
+)
 from multigeom_workflow.jobs import job_log
 from multigeom_workflow.scenario import resolve_settings_file
 
@@ -31,5 +35,6 @@ with job_log(snakemake.log[0]):
         snakemake.params.estimator,
         encoder_name=wildcards.encoder,
         area=wildcards.area,
-        provenance_record=provenance(files, seed=int(config["seed"])),
+        provenance_record=provenance(files, seed=int(config["seed"]))
+        | device_provenance(models.device),
     )

@@ -20,7 +20,7 @@ import torch
 from .scenario import to_namespace
 from .test_images import load_test_image
 
-__all__ = ["Models", "estimate_to_file", "load_models"]
+__all__ = ["Models", "device_provenance", "estimate_to_file", "load_models"]
 
 
 @dataclass
@@ -69,6 +69,22 @@ def load_models(
     unet.eval()
     alphas_cumprod = build_scheduler(cfg).alphas_cumprod.to(device)
     return Models(encoder, unet, alphas_cumprod, ckpt.get("epoch"), device)
+
+
+def device_provenance(device: str | torch.device) -> dict:
+    """
+    What the workflow adds to a per-image file's provenance: ``device`` (``"cpu"``,
+    ``"cuda:0"``) and ``device_name`` (the GPU's name, or the processor's), which the
+    estimate of `snakemake -n` uses to measure seconds per image on each kind.
+    """
+    import platform
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor() or platform.machine()
+    return {"device": str(device), "device_name": name}
 
 
 def estimate_to_file(

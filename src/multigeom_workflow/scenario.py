@@ -38,6 +38,7 @@ __all__ = [
     "resolve_settings_file",
     "schema_error_line",
     "to_namespace",
+    "validated_scenario",
 ]
 
 #: Encoders built by the workflow's embedded demo (see `multigeom_workflow.demo`).
@@ -108,6 +109,9 @@ class Scenario:
         The files they were read from.
     test_image_files : tuple of str
         The whole ordered test set; image i is ``test_image_files[i]``.
+    modal : dict
+        The config's ``modal`` settings: ``gpu``, ``max_cost_usd``,
+        ``prices_usd_per_s``.
     blockers : tuple of str
         One-line problems that must stop a real run before any job, but not a dry run,
         which shows its plan with these as warnings (e.g. torchvision weights missing
@@ -126,6 +130,7 @@ class Scenario:
     diffusion_file: Path
     test_source: str
     test_image_files: tuple[str, ...]
+    modal: dict
     blockers: tuple[str, ...] = ()
 
     @property
@@ -392,6 +397,34 @@ def _blockers(configurations) -> tuple[str, ...]:
     return tuple(out)
 
 
+def validated_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
+    """
+    Validate `config` against the workflow's schema (Snakemake's `validate`, which also
+    fills the defaults in `config`), then `load_scenario`. A single ``configs`` mapping
+    is turned into a list of one first.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the key, the value and what is allowed.
+    """
+    import jsonschema
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    if isinstance(config.get("configs"), dict):
+        config["configs"] = [config["configs"]]
+    schema = Path(workflow_dir) / "config" / "schemas" / "config.schema.yaml"
+    try:
+        validate(config, str(schema))
+    except WorkflowError as err:
+        cause = err.__context__  # what Snakemake's validate raised from
+        if not isinstance(cause, jsonschema.ValidationError):
+            raise
+        raise ConfigError(schema_error_line(cause)) from None
+    return load_scenario(config, workflow_dir)
+
+
 def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
     """
     Build and check the scenario of a configuration already validated by the schema
@@ -452,5 +485,6 @@ def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
         diffusion_file=diff_file,
         test_source=source,
         test_image_files=files,
+        modal=dict(config["modal"]),
         blockers=_blockers(configurations),
     )

@@ -1,0 +1,103 @@
+"""
+How long `snakemake -n` takes to plan a paper-sized scenario (4 configurations x 200
+images) and a large one (4 x 10,000), estimate included. Goals: at most 5 s and 60 s on
+a 2-core machine.
+
+The scenario: inception and resnet50 fitted to V1 and V4, with checkpoint files of
+their own (empty stand-ins: a dry run does not read them), a folder of 10,000 test image
+files (empty too) and torchvision's weight files in a private TORCH_HOME. Nothing is
+computed; the job list goes to /dev/null.
+
+Usage: python benchmarks/dryrun_speed.py [--images 200 10000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def scenario(root: Path, n_images: int, n_files: int) -> Path:
+    images = root / "images"
+    if not images.is_dir():
+        images.mkdir()
+        for i in range(n_files):
+            (images / f"im{i:05d}.png").touch()
+    configs = []
+    for enc in ("inception", "resnet50"):
+        for area in ("V1", "V4"):
+            ckpts = {}
+            for kind in ("encoder", "diffusion"):
+                path = root / "ckpt" / f"{kind}-{enc}-{area}.pt"
+                path.parent.mkdir(exist_ok=True)
+                path.touch()
+                ckpts[f"{kind}_ckpt"] = str(path)
+            configs.append({"encoder": enc, "area": area, **ckpts})
+    config = {
+        "configs": configs,
+        "n_images": n_images,
+        "estimator": "estimator",
+        "diffusion": "diffusion",
+        "device": "cuda",
+        "test_images": {"source": "folder", "path": str(images)},
+    }
+    path = root / f"config-{n_images}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("--images", type=int, nargs="+", default=[200, 10_000])
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        weights = root / "torch" / "hub" / "checkpoints"
+        weights.mkdir(parents=True)
+        for name in ("inception_v3_google-0cc3c7bd.pth", "resnet50-11ad3fa6.pth"):
+            (weights / name).touch()
+        env = {**os.environ, "TORCH_HOME": str(root / "torch")}
+        work = root / "work"
+        work.mkdir()
+        for n in args.images:
+            config = scenario(root, n, max(args.images))
+            cmd = [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "-n",
+                "-s",
+                str(REPO / "Snakefile"),
+                "--directory",
+                str(work),
+                "--configfile",
+                str(config),
+                "--resources",
+                "gpu=8",
+            ]
+            times = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                times.append(time.perf_counter() - t0)
+                if out.returncode != 0:
+                    sys.exit(out.stderr[-3000:])
+            median = sorted(times)[len(times) // 2]
+            print(
+                f"snakemake -n, 4 configurations x {n:,} images: best "
+                f"{min(times):.1f} s, median {median:.1f} s over {args.repeat} runs"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+# What is left and what it will take: every dry run prints the estimate before its job
+# list; a real run with the Modal executor refuses to start over budget.
+
+from multigeom_workflow.cost import budget_problem
+from multigeom_workflow.plan import estimate_lines, progress, run_estimates
+
+
+def _estimates(done):
+    """The local and the Modal estimate of the work left, with this run's settings."""
+    settings = workflow.resource_settings
+    resources = {
+        name: getattr(value, "value", value)
+        for name, value in dict(settings.resources).items()
+        if not name.startswith("_")
+    }
+    return run_estimates(SCENARIO, done, settings.cores, settings.nodes, resources)
+
+
+if workflow.output_settings.dryrun:
+    _done = progress(SCENARIO)
+    print("\n".join(estimate_lines(SCENARIO, _done, *_estimates(_done))), file=sys.stderr)
+
+
+onstart:
+    plugin = workflow.executor_plugin
+    if plugin is not None and getattr(plugin, "name", None) == "modal":
+        modal = _estimates(progress(SCENARIO))[1]
+        problem = budget_problem(modal, SCENARIO.modal["max_cost_usd"])
+        if problem:
+            sys.exit(f"config error: {problem}")

@@ -1,0 +1,159 @@
+"""
+``multigeom-workflow``: commands beside Snakemake that start no job.
+
+    multigeom-workflow progress   per configuration, per-image files done / total
+    multigeom-workflow clear      delete chosen per-image files (and nothing else)
+
+Both read the workflow's configuration as Snakemake does (``config/config.yaml``, or
+the files given with ``--configfile``, then ``--config KEY=VALUE`` overrides, validated
+by the same schema) and run in the working directory of the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from .plan import progress
+from .scenario import ConfigError, Scenario, validated_scenario
+
+__all__ = ["load_config", "locked", "main"]
+
+
+def load_config(
+    configfiles: list[str], overrides: list[str], workflow_dir: Path
+) -> dict:
+    """
+    The configuration Snakemake would see: the YAML files in order (default
+    ``config/config.yaml`` of the working directory, else of `workflow_dir`), updated by
+    the ``KEY=VALUE`` overrides (values parsed as YAML, as Snakemake's ``--config``).
+
+    Raises
+    ------
+    ConfigError
+        For a missing file or an override without ``=``.
+    """
+    if not configfiles:
+        local = Path("config/config.yaml")
+        configfiles = [str(local if local.is_file() else workflow_dir / local)]
+    config: dict = {}
+    for name in configfiles:
+        path = Path(name)
+        if not path.is_file():
+            raise ConfigError(f"--configfile {name!r}: no such file")
+        config.update(yaml.safe_load(path.read_text()) or {})
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--config {item!r}: expected KEY=VALUE")
+        config[key] = yaml.safe_load(value)
+    return config
+
+
+def locked(directory: Path = Path(".")) -> list[Path]:
+    """The lock files a running Snakemake holds in ``<directory>/.snakemake/locks``."""
+    locks = directory / ".snakemake" / "locks"
+    return sorted(p for p in locks.iterdir() if p.is_file()) if locks.is_dir() else []
+
+
+def _selected(scenario: Scenario, names: list[str] | None):
+    known = {f"{c.encoder}/{c.area}": c for c in scenario.configurations}
+    if not names:
+        return list(known.values())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(
+            f"--configs {unknown[0]!r}: not a configuration of this run; allowed: "
+            f"{', '.join(known)}"
+        )
+    return [known[n] for n in names]
+
+
+def cmd_progress(scenario: Scenario, args) -> int:
+    """Print done / total per configuration; exit status 0 when all are done."""
+    done = progress(scenario)
+    for (enc, area), (n, total) in done.items():
+        print(f"{enc + '/' + area:<24} {n:>6} / {total}")
+    n_done = sum(n for n, _ in done.values())
+    n_total = sum(t for _, t in done.values())
+    print(f"{'all':<24} {n_done:>6} / {n_total}")
+    return 0 if n_done == n_total else 3
+
+
+def cmd_clear(scenario: Scenario, args) -> int:
+    """Delete (or list, with --list) per-image files of the chosen configurations."""
+    configs = _selected(scenario, args.configs)
+    n = scenario.n_images if args.n_images is None else args.n_images
+    files = [
+        Path(scenario.per_image_file(c.encoder, c.area, i))
+        for c in configs
+        for i in range(n)
+    ]
+    files = [f for f in files if f.exists()]
+    if not args.list:
+        held = locked()
+        if held:
+            print(
+                f"clear: a Snakemake run holds the lock on this directory "
+                f"({held[0]}); wait for it to end (or, if it crashed, run "
+                "`snakemake --unlock`), then clear again",
+                file=sys.stderr,
+            )
+            return 1
+    for f in files:
+        print(f)
+        if not args.list:
+            f.unlink()
+    verb = "would delete" if args.list else "deleted"
+    print(f"{verb} {len(files)} per-image file(s)", file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    """Entry point of ``multigeom-workflow``."""
+    parser = argparse.ArgumentParser(prog="multigeom-workflow", description=__doc__)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--configfile", nargs="+", default=[], help="config YAML file(s)"
+    )
+    common.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE")
+    common.add_argument(
+        "--workflow-dir",
+        type=Path,
+        default=Path(__file__).resolve().parents[2],
+        help="the folder of the workflow's Snakefile (default: this checkout)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser(
+        "progress",
+        parents=[common],
+        help="per-image files done / total per configuration",
+    )
+    clear = sub.add_parser(
+        "clear",
+        parents=[common],
+        help="delete per-image files of chosen configurations and first images",
+    )
+    clear.add_argument(
+        "--configs", nargs="+", metavar="ENCODER/AREA", help="default: all of the run"
+    )
+    clear.add_argument(
+        "--n-images", type=int, help="the first N images (default: n_images)"
+    )
+    clear.add_argument("--list", action="store_true", help="list, delete nothing")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.configfile, args.config, args.workflow_dir)
+        scenario = validated_scenario(config, args.workflow_dir)
+        command = {"progress": cmd_progress, "clear": cmd_clear}[args.command]
+        return command(scenario, args)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""
+What is left to compute, how long it takes and what it costs: the estimate that every
+`snakemake -n` prints, and the budget check of a run on Modal.
+
+Model (that of the old notebook helper, `multigeom.pipeline.distribute.estimate_cost`):
+
+    device-seconds = images left x seconds per image + start-ups x start-up seconds
+    wall-clock     = device-seconds / workers
+    cost (USD)     = device-seconds x price per GPU-second (Modal)
+
+Seconds per image are measured where possible: the median ``elapsed_seconds`` (time
+inside upstream's estimator) of the run's existing per-image files computed on the same
+kind of device (and GPU model), which the workflow records in their provenance. Else
+defaults, which are for the paper's estimator settings and are scaled by the
+Monte-Carlo work (timesteps x samples) of the configured estimator.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_SECONDS_PER_IMAGE",
+    "DEFAULT_STARTUP_S",
+    "MODAL_PRICES_USD_PER_S",
+    "PAPER_MC_WORK",
+    "CostEstimate",
+    "budget_problem",
+    "estimate_cost",
+    "format_duration",
+    "gpu_matches",
+    "measured_seconds_per_image",
+    "monte_carlo_work",
+]
+
+#: Modal GPU prices in USD per second (third-party copy of Modal's price page, July
+#: 2026); the config key ``modal.prices_usd_per_s`` overrides or adds entries.
+MODAL_PRICES_USD_PER_S = {
+    "B200": 0.001736,
+    "H200": 0.001261,
+    "H100": 0.001097,
+    "A100-80GB": 0.000694,
+    "A100-40GB": 0.000583,
+    "L40S": 0.000542,
+    "A10": 0.000306,
+    "L4": 0.000222,
+    "T4": 0.000164,
+}
+#: Seconds per image with the paper's estimator settings: an RTX 5090-class local GPU
+#: (upstream's figure), an A100 on Modal (the paper's), a 32-core CPU (upstream's).
+DEFAULT_SECONDS_PER_IMAGE = {"gpu": 15.0, "modal": 30.0, "cpu": 885.0}
+#: Start-up of a worker (imports, model loading), upstream's figure.
+DEFAULT_STARTUP_S = 15.0
+#: The paper's Monte-Carlo work per image: 24 timesteps x 200 samples.
+PAPER_MC_WORK = 24 * 200
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """
+    Estimated time and cost of the per-image computations left.
+
+    Attributes
+    ----------
+    images_left : int
+        Per-image computations left, all configurations together.
+    workers : int
+        How many run at once (GPUs, CPU cores or Modal containers).
+    seconds_per_image : float
+        Device-seconds of one image on one worker, and `seconds_source`, where that
+        figure comes from.
+    startups : int
+        How many times a worker starts (imports, model loading).
+    startup_s : float
+        Seconds of one start-up, and `startup_source`.
+    gpu : str or None
+        Modal GPU type, with its `price_usd_per_s` (None if unknown or not on Modal).
+    """
+
+    images_left: int
+    workers: int
+    seconds_per_image: float
+    seconds_source: str
+    startups: int
+    startup_s: float
+    startup_source: str
+    gpu: str | None = None
+    price_usd_per_s: float | None = None
+
+    @property
+    def device_seconds(self) -> float:
+        """Images left x seconds per image + start-ups x start-up seconds."""
+        if self.images_left == 0:
+            return 0.0
+        return (
+            self.images_left * self.seconds_per_image + self.startups * self.startup_s
+        )
+
+    @property
+    def wall_seconds(self) -> float:
+        """Device-seconds spread over the workers."""
+        return self.device_seconds / max(self.workers, 1)
+
+    @property
+    def cost_usd(self) -> float | None:
+        """Device-seconds x price per second; None when the price is unknown."""
+        if self.price_usd_per_s is None:
+            return None
+        return self.device_seconds * self.price_usd_per_s
+
+
+def estimate_cost(
+    images_left: int,
+    workers: int,
+    seconds_per_image: float,
+    startup_s: float = DEFAULT_STARTUP_S,
+    *,
+    startups: int | None = None,
+    gpu: str | None = None,
+    prices: dict[str, float] | None = None,
+    seconds_source: str = "given",
+    startup_source: str = "given",
+) -> CostEstimate:
+    """
+    The estimate of `images_left` per-image computations on `workers` workers.
+
+    `startups` defaults to one per worker (warm workers); `gpu` is looked up in `prices`
+    (default `MODAL_PRICES_USD_PER_S`). Example (the old helper's known case): 4 x 200
+    images, 10 workers, 30 s per image, 15 s start-up, A100-80GB: 24,150 GPU-seconds,
+    2,415 s wall-clock, 16.76 USD.
+
+    Raises
+    ------
+    ValueError
+        If `workers` < 1 or a duration is negative.
+    """
+    if workers < 1:
+        raise ValueError(f"workers = {workers}: at least 1 is needed")
+    if seconds_per_image < 0 or startup_s < 0:
+        raise ValueError("seconds per image and start-up seconds must be >= 0")
+    table = MODAL_PRICES_USD_PER_S if prices is None else prices
+    return CostEstimate(
+        images_left=images_left,
+        workers=min(workers, max(images_left, 1)),
+        seconds_per_image=seconds_per_image,
+        seconds_source=seconds_source,
+        startups=min(workers, images_left) if startups is None else startups,
+        startup_s=startup_s,
+        startup_source=startup_source,
+        gpu=gpu,
+        price_usd_per_s=table.get(gpu) if gpu else None,
+    )
+
+
+def monte_carlo_work(estimator: dict) -> int:
+    """Timesteps x samples of an estimator's settings (upstream's YAML layout)."""
+    mc = estimator["monte_carlo"]
+    grid = mc["timestep_grid"]
+    n_t = len(range(int(grid["start"]), int(grid["stop"]) + 1, int(grid["step"])))
+    return n_t * int(mc["n_samples"])
+
+
+def measured_seconds_per_image(
+    files: list[str | Path], device_kind: str, gpu_name: str | None = None, limit=32
+) -> tuple[float, int] | None:
+    """
+    The median ``elapsed_seconds`` of those of the newest `limit` per-image files that
+    were computed on `device_kind` (``"cpu"`` or ``"cuda"``; on a GPU that `gpu_matches`
+    `gpu_name` when it is given), as recorded in their ``provenance["device"]`` and
+    ``provenance["device_name"]`` by the workflow. Returns (median, number of files
+    used), or None when no file qualifies.
+    """
+    existing = [Path(f) for f in files if Path(f).exists()]
+    if not existing:
+        return None
+    import torch  # only when there is something to read
+
+    existing.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    seconds = []
+    for path in existing[:limit]:
+        try:
+            d = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception:  # a file of another format: not a measurement
+            continue
+        prov = d.get("provenance") or {}
+        device = str(prov.get("device", ""))
+        if not device or device.split(":")[0] != device_kind:
+            continue
+        if gpu_name and not gpu_matches(gpu_name, str(prov.get("device_name", ""))):
+            continue
+        seconds.append(float(d["elapsed_seconds"]))
+    if not seconds:
+        return None
+    return statistics.median(seconds), len(seconds)
+
+
+def gpu_matches(gpu_type: str, device_name: str) -> bool:
+    """
+    Whether a GPU reported by torch (``"NVIDIA A100-SXM4-80GB"``) is of a Modal GPU type
+    (``"A100-80GB"``): every part of the type is a word of the name, so ``"L4"`` does
+    not match ``"NVIDIA L40S"`` nor ``"A10"`` an A100.
+    """
+    parts = [p for p in re.split(r"[-\s:]+", gpu_type) if p]
+    return bool(parts) and all(
+        re.search(rf"(?<![A-Za-z0-9]){re.escape(p)}(?![A-Za-z0-9])", device_name, re.I)
+        for p in parts
+    )
+
+
+def budget_problem(estimate: CostEstimate, max_cost_usd: float) -> str | None:
+    """
+    One line saying why a run on Modal must not start (its estimated cost is above
+    `max_cost_usd`, or its GPU's price is unknown), or None when it may.
+    """
+    if estimate.images_left == 0:
+        return None
+    if estimate.cost_usd is None:
+        return (
+            f"budget: the price of Modal GPU {estimate.gpu!r} is unknown (known: "
+            f"{', '.join(sorted(MODAL_PRICES_USD_PER_S))}); add it to the config key "
+            "modal.prices_usd_per_s to estimate the cost"
+        )
+    if estimate.cost_usd > max_cost_usd:
+        return (
+            f"budget: the run is estimated at {estimate.cost_usd:.2f} USD "
+            f"({estimate.device_seconds:,.0f} GPU-seconds on {estimate.gpu}), above "
+            f"the limit modal.max_cost_usd = {max_cost_usd:.2f} USD"
+        )
+    return None
+
+
+def format_duration(seconds: float) -> str:
+    """``"2,415 s (40 min)"``-style text for a number of seconds."""
+    if seconds < 90:
+        return f"{seconds:,.0f} s"
+    if seconds < 5400:
+        return f"{seconds:,.0f} s ({seconds / 60:.0f} min)"
+    return f"{seconds:,.0f} s ({seconds / 3600:.1f} h)"

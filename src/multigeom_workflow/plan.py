@@ -1,0 +1,207 @@
+"""
+What a run has left and what it will take: progress per configuration, the number of
+workers, and the estimate that `snakemake -n` prints before its job list.
+
+References
+----------
+The model and the defaults are the old notebook helper's
+(`multigeom.pipeline.distribute.estimate_cost`, `print_estimate`); see
+`multigeom_workflow.cost`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from .cost import (
+    DEFAULT_SECONDS_PER_IMAGE,
+    DEFAULT_STARTUP_S,
+    MODAL_PRICES_USD_PER_S,
+    PAPER_MC_WORK,
+    CostEstimate,
+    budget_problem,
+    estimate_cost,
+    format_duration,
+    measured_seconds_per_image,
+    monte_carlo_work,
+)
+from .scenario import Scenario
+
+__all__ = [
+    "MODAL_STARTER_MAX_GPUS",
+    "estimate_lines",
+    "local_workers",
+    "modal_estimate",
+    "progress",
+    "run_estimates",
+    "visible_gpus",
+]
+
+#: GPUs at once on Modal's Starter plan: the default number of containers.
+MODAL_STARTER_MAX_GPUS = 10
+
+
+def progress(scenario: Scenario) -> dict[tuple[str, str], tuple[int, int]]:
+    """
+    Per configuration (encoder, area): (per-image files done, first n_images images).
+    """
+    out = {}
+    for c in scenario.configurations:
+        files = scenario.per_image_files(c)
+        out[(c.encoder, c.area)] = (sum(os.path.exists(f) for f in files), len(files))
+    return out
+
+
+def visible_gpus() -> int:
+    """
+    GPUs this machine shows: the ids in ``CUDA_VISIBLE_DEVICES`` when it is set, else
+    the lines of ``nvidia-smi -L``, else 0.
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return len([d for d in env.split(",") if d.strip() and d.strip() != "-1"])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+
+
+def local_workers(
+    scenario: Scenario, cores: int | None, resources: dict
+) -> tuple[int, str]:
+    """
+    Per-image jobs that run at once locally, and why: on the CPU one per core (each
+    uses one thread); on CUDA the ``--resources gpu=N`` limit, else the visible GPUs.
+    """
+    if scenario.uses_gpu:
+        if resources.get("gpu") is not None:
+            return int(resources["gpu"]), "--resources gpu"
+        n = visible_gpus()
+        return max(n, 1), f"{n} visible GPU(s)" if n else "no GPU found"
+    n = cores or os.cpu_count() or 1
+    return n, "--cores" if cores else "CPU cores"
+
+
+def _seconds_per_image(
+    scenario: Scenario, kind: str, device_kind: str, gpu: str | None
+) -> tuple[float, str]:
+    files = scenario.per_image_files()
+    measured = measured_seconds_per_image(files, device_kind, gpu)
+    if measured:
+        median, n = measured
+        on = f"{device_kind} ({gpu})" if gpu else device_kind
+        return median, f"median of {n} per-image files computed on {on}"
+    scale = monte_carlo_work(scenario.estimator) / PAPER_MC_WORK
+    seconds = DEFAULT_SECONDS_PER_IMAGE[kind] * scale
+    where = {"gpu": "an RTX 5090-class GPU", "modal": "an A100", "cpu": "a 32-core CPU"}
+    return seconds, (
+        f"default {DEFAULT_SECONDS_PER_IMAGE[kind]:g} s on {where[kind]} for the "
+        f"paper's settings x {scale:.3g} for this estimator's Monte-Carlo work"
+    )
+
+
+def run_estimates(
+    scenario: Scenario,
+    done: dict[tuple[str, str], tuple[int, int]],
+    cores: int | None,
+    nodes: int | None,
+    resources: dict,
+) -> tuple[CostEstimate, CostEstimate, str]:
+    """
+    The estimates of the work left (`done` from `progress`), run locally and run on
+    Modal (GPU type ``modal.gpu`` of the config, ``--jobs`` containers or Modal
+    Starter's 10), and why the local run has its number of workers.
+
+    Each per-image job starts its own process, so there is one start-up per job.
+    """
+    left = sum(total - n for n, total in done.values())
+    workers, why = local_workers(scenario, cores, resources)
+    kind = "gpu" if scenario.uses_gpu else "cpu"
+    if left:
+        spi, source = _seconds_per_image(
+            scenario, kind, kind.replace("gpu", "cuda"), None
+        )
+    else:
+        spi, source = 0.0, "nothing left"
+    startup_source = "upstream's figure; one start-up per per-image job"
+    local = estimate_cost(
+        left,
+        workers,
+        spi,
+        DEFAULT_STARTUP_S,
+        startups=left,
+        seconds_source=source,
+        startup_source=startup_source,
+    )
+    return local, modal_estimate(scenario, left, nodes, startup_source), why
+
+
+def modal_estimate(
+    scenario: Scenario, left: int, nodes: int | None, startup_source: str
+) -> CostEstimate:
+    """The estimate of `left` per-image computations on Modal GPUs."""
+    modal = scenario.modal
+    prices = {**MODAL_PRICES_USD_PER_S, **modal["prices_usd_per_s"]}
+    gpu = modal["gpu"]
+    if left:
+        spi, source = _seconds_per_image(scenario, "modal", "cuda", gpu)
+    else:
+        spi, source = 0.0, "nothing left"
+    return estimate_cost(
+        left,
+        nodes or MODAL_STARTER_MAX_GPUS,
+        spi,
+        DEFAULT_STARTUP_S,
+        startups=left,
+        gpu=gpu,
+        prices=prices,
+        seconds_source=source,
+        startup_source=startup_source,
+    )
+
+
+def estimate_lines(
+    scenario: Scenario,
+    done: dict[tuple[str, str], tuple[int, int]],
+    local: CostEstimate,
+    modal: CostEstimate,
+    workers_why: str,
+) -> list[str]:
+    """The text `snakemake -n` prints: progress, the local and the Modal estimate."""
+    lines = ["Estimate of the per-image work left (multigeom-workflow):"]
+    for (enc, area), (n, total) in done.items():
+        lines.append(f"  {enc + '/' + area:<24} {n:>6} / {total} images done")
+    lines.append(f"  per-image computations left: {local.images_left}")
+    if not local.images_left:
+        return lines
+    device = scenario.device
+    lines += [
+        f"  here ({device}): {local.workers} worker(s) ({workers_why}); "
+        f"{local.seconds_per_image:.3g} s per image ({local.seconds_source})",
+        f"    start-up {local.startup_s:g} s x {local.startups} "
+        f"({local.startup_source})",
+        f"    device-seconds {local.device_seconds:,.0f}; wall-clock "
+        f"{format_duration(local.wall_seconds)}",
+    ]
+    price = modal.price_usd_per_s
+    cost = "unknown price" if modal.cost_usd is None else f"{modal.cost_usd:.2f} USD"
+    lines += [
+        f"  on Modal ({modal.gpu}, "
+        + (f"{price} USD/s" if price is not None else "price unknown")
+        + f"): {modal.workers} container(s); {modal.seconds_per_image:.3g} s per image "
+        f"({modal.seconds_source})",
+        f"    GPU-seconds {modal.device_seconds:,.0f}; wall-clock "
+        f"{format_duration(modal.wall_seconds)}; cost {cost} (limit "
+        f"modal.max_cost_usd = {scenario.modal['max_cost_usd']:.2f} USD)",
+    ]
+    problem = budget_problem(modal, scenario.modal["max_cost_usd"])
+    if problem:
+        lines.append(f"warning: {problem}: a run on Modal would refuse to start")
+    return lines

@@ -1,0 +1,93 @@
+"""`multigeom-workflow progress` and `clear`: counts, the chosen files only, locks."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+from conftest import REPO, TINY_CONFIG
+
+
+def cli(workdir, *args):
+    cmd = [sys.executable, "-m", "multigeom_workflow.cli", *args]
+    cmd += ["--configfile", str(TINY_CONFIG), "--workflow-dir", str(REPO)]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+
+
+def snapshot(workdir):
+    """Every file under the working directory (but Snakemake's own) and its digest."""
+    return {
+        p.relative_to(workdir): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in workdir.rglob("*")
+        if p.is_file() and ".snakemake" not in p.parts
+    }
+
+
+def test_progress_counts_per_configuration(tiny_copy):
+    (tiny_copy / "runs/per_image/smallcnn/simple/img0000.pt").unlink()
+    result = cli(tiny_copy, "progress")
+    assert result.returncode == 3  # not complete
+    assert result.stdout.splitlines() == [
+        "onoff/complex                 2 / 2",
+        "smallcnn/complex              2 / 2",
+        "onoff/simple                  2 / 2",
+        "smallcnn/simple               1 / 2",
+        "all                           7 / 8",
+    ]
+    more = cli(tiny_copy, "progress", "--config", "n_images=5")
+    assert more.stdout.splitlines()[-1] == "all                           7 / 20"
+
+
+def test_clear_deletes_exactly_the_chosen_files(tiny_copy):
+    before = snapshot(tiny_copy)
+    listed = cli(
+        tiny_copy, "clear", "--configs", "onoff/simple", "--n-images", "1", "--list"
+    )
+    assert listed.returncode == 0
+    assert listed.stdout.splitlines() == ["runs/per_image/onoff/simple/img0000.pt"]
+    assert snapshot(tiny_copy) == before  # listing deletes nothing
+
+    result = cli(
+        tiny_copy,
+        "clear",
+        "--configs",
+        "onoff/simple",
+        "smallcnn/complex",
+        "--n-images",
+        "1",
+    )
+    assert result.returncode == 0, result.stderr
+    gone = {
+        p
+        for p in before
+        if str(p)
+        in (
+            "runs/per_image/onoff/simple/img0000.pt",
+            "runs/per_image/smallcnn/complex/img0000.pt",
+        )
+    }
+    assert len(gone) == 2
+    after = snapshot(tiny_copy)
+    assert set(before) - set(after) == gone
+    assert all(after[p] == before[p] for p in after)  # the rest untouched
+
+
+def test_clear_refuses_while_snakemake_holds_the_lock(tiny_copy):
+    locks = tiny_copy / ".snakemake" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    (locks / "0.input.lock").write_text("runs/demo/train_crops.pt\n")
+    before = snapshot(tiny_copy)
+    result = cli(tiny_copy, "clear")
+    assert result.returncode == 1
+    assert "a Snakemake run holds the lock" in result.stderr
+    assert snapshot(tiny_copy) == before
+
+
+def test_unknown_configuration_is_named(tiny_copy):
+    result = cli(tiny_copy, "clear", "--configs", "onoff/V9")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "config error: --configs 'onoff/V9': not a configuration of this run; allowed: "
+        "onoff/complex, smallcnn/complex, onoff/simple, smallcnn/simple"
+    )

@@ -1,0 +1,160 @@
+"""The estimate of what is left: the model, measured seconds per image, the budget."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+from conftest import REPO, TINY_CONFIG, planned_jobs, run_snakemake
+
+from multigeom_workflow.cost import (
+    CostEstimate,
+    budget_problem,
+    estimate_cost,
+    gpu_matches,
+    measured_seconds_per_image,
+    monte_carlo_work,
+)
+
+
+def test_known_case_of_the_old_helper():
+    """4 configurations x 200 images, 10 workers, 30 s, 15 s start-up, A100-80GB."""
+    e = estimate_cost(4 * 200, 10, 30.0, 15.0, gpu="A100-80GB")
+    assert e.device_seconds == 24_150
+    assert e.wall_seconds == 2_415
+    assert round(e.cost_usd, 2) == 16.76
+
+
+def test_nothing_left_costs_nothing():
+    e = estimate_cost(0, 4, 30.0, 15.0, gpu="H100")
+    assert (e.device_seconds, e.wall_seconds, e.cost_usd) == (0, 0, 0)
+    assert budget_problem(e, 0.0) is None
+
+
+def test_one_start_up_per_job_for_cold_jobs():
+    e = estimate_cost(24, 2, 10.0, 5.0, startups=24)
+    assert e.device_seconds == 24 * 10 + 24 * 5 and e.wall_seconds == 180
+
+
+def test_prices_can_be_overridden_and_unknown_ones_refused():
+    e = estimate_cost(10, 2, 100.0, 0.0, gpu="X1", prices={"X1": 0.01})
+    assert e.cost_usd == pytest.approx(10.0)
+    unknown = estimate_cost(10, 2, 100.0, 0.0, gpu="X2")
+    assert unknown.cost_usd is None
+    assert "price of Modal GPU 'X2' is unknown" in budget_problem(unknown, 100.0)
+
+
+def test_budget():
+    e = estimate_cost(800, 10, 30.0, 15.0, gpu="A100-80GB")
+    assert budget_problem(e, 20.0) is None
+    line = budget_problem(e, 10.0)
+    assert line == (
+        "budget: the run is estimated at 16.76 USD (24,150 GPU-seconds on A100-80GB), "
+        "above the limit modal.max_cost_usd = 10.00 USD"
+    )
+
+
+def test_monte_carlo_work_of_the_paper_and_the_demo():
+    from multigeom.config import config_path
+
+    paper = yaml.safe_load(config_path("estimator").read_text())
+    demo = yaml.safe_load((REPO / "config/estimator_demo.yaml").read_text())
+    assert monte_carlo_work(paper) == 24 * 200
+    assert monte_carlo_work(demo) == 4 * 16
+
+
+@pytest.mark.parametrize(
+    "gpu, name, expected",
+    [
+        ("A100-80GB", "NVIDIA A100-SXM4-80GB", True),
+        ("A100-40GB", "NVIDIA A100-SXM4-80GB", False),
+        ("A10", "NVIDIA A100-SXM4-40GB", False),
+        ("L4", "NVIDIA L40S", False),
+        ("L4", "NVIDIA L4", True),
+        ("H100", "NVIDIA H100 80GB HBM3", True),
+    ],
+)
+def test_gpu_names(gpu, name, expected):
+    assert gpu_matches(gpu, name) is expected
+
+
+def per_image(path, seconds, device, name):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prov = {"device": device, "device_name": name}
+    torch.save({"elapsed_seconds": seconds, "provenance": prov}, path)
+    return path
+
+
+def test_measured_seconds_respect_the_device(tmp_path):
+    files = [
+        per_image(tmp_path / "a.pt", 10.0, "cpu", "x86_64"),
+        per_image(tmp_path / "b.pt", 30.0, "cpu", "x86_64"),
+        per_image(tmp_path / "c.pt", 14.0, "cpu", "x86_64"),
+        per_image(tmp_path / "d.pt", 2.0, "cuda:0", "NVIDIA A100-SXM4-80GB"),
+        per_image(tmp_path / "e.pt", 4.0, "cuda:1", "NVIDIA H100 80GB HBM3"),
+        tmp_path / "missing.pt",
+    ]
+    torch.save({"elapsed_seconds": 99.0, "provenance": None}, tmp_path / "old.pt")
+    files.append(tmp_path / "old.pt")  # no device recorded: not a measurement
+    assert measured_seconds_per_image(files, "cpu") == (14.0, 3)
+    assert measured_seconds_per_image(files, "cuda") == (3.0, 2)
+    assert measured_seconds_per_image(files, "cuda", "A100-80GB") == (2.0, 1)
+    assert measured_seconds_per_image(files, "cuda", "T4") is None
+    assert measured_seconds_per_image([tmp_path / "missing.pt"], "cpu") is None
+
+
+def test_estimate_is_a_dataclass_of_its_inputs():
+    e = CostEstimate(5, 1, 2.0, "given", 1, 3.0, "given")
+    assert (e.device_seconds, e.wall_seconds, e.cost_usd) == (13.0, 13.0, None)
+
+
+def write_config(tmp_path, **changes):
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config.update(changes)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def estimate_block(result) -> list[str]:
+    lines = result.stderr.splitlines()
+    start = lines.index("Estimate of the per-image work left (multigeom-workflow):")
+    block = []
+    for line in lines[start + 1 :]:
+        if not (line.startswith("  ") or line.startswith("warning:")):
+            break
+        block.append(line)
+    return block
+
+
+def test_dry_run_prints_the_estimate_before_the_jobs(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = write_config(tmp_path, n_images=3, modal={"gpu": "H100", "max_cost_usd": 0.0})
+    result = run_snakemake(work, "-n", configfile=cfg)
+    assert result.returncode == 0, result.stderr[-2000:]
+    block = estimate_block(result)
+    assert block[:5] == [
+        "  onoff/complex                 0 / 3 images done",
+        "  smallcnn/complex              0 / 3 images done",
+        "  onoff/simple                  0 / 3 images done",
+        "  smallcnn/simple               0 / 3 images done",
+        "  per-image computations left: 12",
+    ]
+    # 2 timesteps x 4 samples = 8 of the paper's 4800: 885 s x 8 / 4800 = 1.475 s.
+    assert block[5].startswith("  here (cpu): 2 worker(s) (--cores); 1.48 s per image")
+    assert block[6] == (
+        "    start-up 15 s x 12 (upstream's figure; one start-up per per-image job)"
+    )
+    assert block[7] == "    device-seconds 198; wall-clock 99 s (2 min)"
+    assert block[8].startswith(
+        "  on Modal (H100, 0.001097 USD/s): 10 container(s); 0.05 s"
+    )
+    # 12 x 0.05 + 12 x 15 = 180.6 GPU-seconds at 0.001097 USD/s = 0.20 USD
+    assert block[9] == (
+        "    GPU-seconds 181; wall-clock 18 s; cost 0.20 USD "
+        "(limit modal.max_cost_usd = 0.00 USD)"
+    )
+    # Over budget: the dry run warns, and is not refused.
+    assert block[10].startswith("warning: budget: the run is estimated at 0.20 USD")
+    assert planned_jobs(result)["estimate_image"] == 12
