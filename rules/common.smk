@@ -55,19 +55,19 @@ def get_configuration(wildcards):
     return SCENARIO.configuration(wildcards.encoder, wildcards.area)
 
 
-def get_test_image(wildcards):
-    """The file of test image `index` (its source's ordering)."""
-    return SCENARIO.test_image_files[int(wildcards.index)]
-
-
-def get_encoder_ckpt(wildcards):
-    """The encoder checkpoint of the job's configuration."""
-    return get_configuration(wildcards).encoder_ckpt
-
-
-def get_diffusion_ckpt(wildcards):
-    """The diffusion-model checkpoint of the job's configuration."""
-    return get_configuration(wildcards).diffusion_ckpt
+def get_estimate_inputs(wildcards):
+    """
+    The inputs of a per-image job: the test image `index` (in its source's order) and
+    the configuration's encoder and diffusion checkpoints. One function for the three,
+    because Snakemake inspects every input function of every job (planning 40,000 jobs
+    takes minutes).
+    """
+    c = get_configuration(wildcards)
+    return {
+        "image": SCENARIO.test_image_files[int(wildcards.index)],
+        "encoder": c.encoder_ckpt,
+        "diffusion": c.diffusion_ckpt,
+    }
 
 
 def get_per_image_files(wildcards=None):

@@ -6,9 +6,7 @@
 
 rule estimate_image:
     input:
-        image=get_test_image,
-        encoder=get_encoder_ckpt,
-        diffusion=get_diffusion_ckpt,
+        unpack(get_estimate_inputs),
     output:
         f"{RUNS}/per_image/{{encoder}}/{{area}}/img{{index}}.pt",
     params:
