@@ -24,6 +24,8 @@ for _problem in SCENARIO.blockers:  # stop a real run; a dry run shows its plan
     if not workflow.output_settings.dryrun:
         sys.exit(f"config error: {_problem}")
     print(f"warning: {_problem}", file=sys.stderr)
+if SCENARIO.gpu_fallback:
+    print(SCENARIO.gpu_fallback, file=sys.stderr)
 RUNS = SCENARIO.runs_dir
 RESULTS = config["results_dir"].rstrip("/")
 DEMO = config["demo"]

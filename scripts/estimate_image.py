@@ -1,5 +1,6 @@
 """Rule estimate_image: G(x) and J(x) of one test image, by upstream's estimator."""
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -10,6 +11,7 @@ from multigeom_workflow.estimate import (
     estimate_to_file,
     load_models,
 )
+from multigeom_workflow.gpus import hold_gpu, resolve_device
 from multigeom_workflow.jobs import job_log
 from multigeom_workflow.scenario import resolve_settings_file
 
@@ -21,20 +23,27 @@ with job_log(snakemake.log[0]):
         key: resolve_settings_file(config[key], key, workflow_dir)
         for key in ("estimator", "diffusion")
     }
-    models = load_models(
-        snakemake.input.encoder,
-        snakemake.input.diffusion,
-        snakemake.params.diffusion,
-        config["device"],
-    )
-    estimate_to_file(
-        models,
-        snakemake.input.image,
-        int(wildcards.index),
-        snakemake.output[0],
-        snakemake.params.estimator,
-        encoder_name=wildcards.encoder,
-        area=wildcards.area,
-        provenance_record=provenance(files, seed=int(config["seed"]))
-        | device_provenance(models.device),
-    )
+    device = resolve_device(config["device"])
+    with contextlib.ExitStack() as stack:
+        if device.startswith("cuda"):  # one GPU per job, held until the job ends
+            want = int(device.split(":")[1]) if ":" in device else None
+            slot = stack.enter_context(hold_gpu(want=want))
+            device = slot.device
+            print(f"holding GPU {slot.gpu_id} as {device}")
+        models = load_models(
+            snakemake.input.encoder,
+            snakemake.input.diffusion,
+            snakemake.params.diffusion,
+            device,
+        )
+        estimate_to_file(
+            models,
+            snakemake.input.image,
+            int(wildcards.index),
+            snakemake.output[0],
+            snakemake.params.estimator,
+            encoder_name=wildcards.encoder,
+            area=wildcards.area,
+            provenance_record=provenance(files, seed=int(config["seed"]))
+            | device_provenance(models.device),
+        )

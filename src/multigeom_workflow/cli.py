@@ -1,8 +1,9 @@
 """
 ``multigeom-workflow``: commands beside Snakemake that start no job.
 
-    multigeom-workflow progress   per configuration, per-image files done / total
-    multigeom-workflow clear      delete chosen per-image files (and nothing else)
+    multigeom-workflow progress          per configuration, per-image files done / total
+    multigeom-workflow clear             delete chosen per-image files (nothing else)
+    multigeom-workflow install-profiles  make `snakemake --profile local-gpu` work
 
 Both read the workflow's configuration as Snakemake does (``config/config.yaml``, or
 the files given with ``--configfile``, then ``--config KEY=VALUE`` overrides, validated
@@ -20,7 +21,7 @@ import yaml
 from .plan import progress
 from .scenario import ConfigError, Scenario, validated_scenario
 
-__all__ = ["load_config", "locked", "main"]
+__all__ = ["install_profiles", "load_config", "locked", "main"]
 
 
 def load_config(
@@ -70,6 +71,39 @@ def _selected(scenario: Scenario, names: list[str] | None):
             f"{', '.join(known)}"
         )
     return [known[n] for n in names]
+
+
+def install_profiles(profiles_dir: Path, target: Path | None = None) -> list[Path]:
+    """
+    Register the workflow's profiles where Snakemake looks up a bare profile name (its
+    user configuration folder, ``~/.config/snakemake`` on Linux): one symbolic link per
+    folder of `profiles_dir`, so that ``snakemake --profile local-gpu`` works from any
+    folder. A link that is already there is kept.
+
+    Raises
+    ------
+    ConfigError
+        If another profile of the same name is already registered.
+    """
+    if target is None:
+        from platformdirs import user_config_dir
+
+        target = Path(user_config_dir("snakemake", "snakemake"))
+    target.mkdir(parents=True, exist_ok=True)
+    links = []
+    for profile in sorted(p for p in profiles_dir.iterdir() if p.is_dir()):
+        link = target / profile.name
+        if link.is_symlink() and link.resolve() == profile.resolve():
+            links.append(link)
+            continue
+        if link.exists() or link.is_symlink():
+            raise ConfigError(
+                f"profile {profile.name!r}: {link} already exists and is not this "
+                f"workflow's; remove it or use --profile {profile}"
+            )
+        link.symlink_to(profile.resolve(), target_is_directory=True)
+        links.append(link)
+    return links
 
 
 def cmd_progress(scenario: Scenario, args) -> int:
@@ -144,8 +178,19 @@ def main(argv=None) -> int:
         "--n-images", type=int, help="the first N images (default: n_images)"
     )
     clear.add_argument("--list", action="store_true", help="list, delete nothing")
+    install = sub.add_parser(
+        "install-profiles",
+        help="register the workflow's profiles (snakemake --profile local-gpu)",
+    )
+    install.add_argument(
+        "--workflow-dir", type=Path, default=common.get_default("workflow_dir")
+    )
     args = parser.parse_args(argv)
     try:
+        if args.command == "install-profiles":
+            for link in install_profiles(args.workflow_dir / "profiles"):
+                print(f"{link} -> {link.resolve()}")
+            return 0
         config = load_config(args.configfile, args.config, args.workflow_dir)
         scenario = validated_scenario(config, args.workflow_dir)
         command = {"progress": cmd_progress, "clear": cmd_clear}[args.command]

@@ -12,8 +12,6 @@ The model and the defaults are the old notebook helper's
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 from .cost import (
     DEFAULT_SECONDS_PER_IMAGE,
@@ -27,6 +25,7 @@ from .cost import (
     measured_seconds_per_image,
     monte_carlo_work,
 )
+from .gpus import visible_gpu_ids
 from .scenario import Scenario
 
 __all__ = [
@@ -36,7 +35,6 @@ __all__ = [
     "modal_estimate",
     "progress",
     "run_estimates",
-    "visible_gpus",
 ]
 
 #: GPUs at once on Modal's Starter plan: the default number of containers.
@@ -54,25 +52,6 @@ def progress(scenario: Scenario) -> dict[tuple[str, str], tuple[int, int]]:
     return out
 
 
-def visible_gpus() -> int:
-    """
-    GPUs this machine shows: the ids in ``CUDA_VISIBLE_DEVICES`` when it is set, else
-    the lines of ``nvidia-smi -L``, else 0.
-    """
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return len([d for d in env.split(",") if d.strip() and d.strip() != "-1"])
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
-
-
 def local_workers(
     scenario: Scenario, cores: int | None, resources: dict
 ) -> tuple[int, str]:
@@ -83,7 +62,7 @@ def local_workers(
     if scenario.uses_gpu:
         if resources.get("gpu") is not None:
             return int(resources["gpu"]), "--resources gpu"
-        n = visible_gpus()
+        n = len(visible_gpu_ids())
         return max(n, 1), f"{n} visible GPU(s)" if n else "no GPU found"
     n = cores or os.cpu_count() or 1
     return n, "--cores" if cores else "CPU cores"

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import yaml
 
 from .fetch import missing_backbone_weights, tinyimagenet_val_files
+from .gpus import resolve_device
 from .test_images import DEMO_TEST_PHOTOS, list_folder_images, list_tinyimagenet_val
 
 __all__ = [
@@ -101,7 +102,9 @@ class Scenario:
         Image i is seeded with ``seed + i``; ``top_k`` eigenpairs of G(x) and J(x) are
         kept, and Stage 5 compares k = 1..top_k.
     device : str
-        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        Where per-image jobs compute: ``"cpu"``, ``"cuda"`` (any free GPU, one per
+        job) or ``"cuda:N"``, resolved from `device_asked` (``"auto"`` too) and the
+        GPUs this machine shows (`multigeom_workflow.gpus.resolve_device`).
     estimator, diffusion : dict
         The estimator settings (with `seed` and `top_k` applied) and the diffusion-model
         settings, as upstream's YAML files hold them.
@@ -131,12 +134,23 @@ class Scenario:
     test_source: str
     test_image_files: tuple[str, ...]
     modal: dict
+    device_asked: str = "cpu"
     blockers: tuple[str, ...] = ()
 
     @property
     def uses_gpu(self) -> bool:
         """Whether the per-image jobs compute on a CUDA device."""
         return self.device.startswith("cuda")
+
+    @property
+    def gpu_fallback(self) -> str | None:
+        """The one-line notice when a GPU was asked for and none is visible."""
+        if self.device_asked in ("cpu", self.device) or self.uses_gpu:
+            return None
+        return (
+            f"no GPU found (config key 'device' = {self.device_asked!r}): the "
+            "per-image jobs run on the CPU"
+        )
 
     def configuration(self, encoder: str, area: str) -> Configuration:
         """The configuration named (encoder, area); KeyError if it is not in the run."""
@@ -478,7 +492,8 @@ def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
         runs_dir=runs_dir,
         seed=seed,
         top_k=top_k,
-        device=str(config["device"]),
+        device=resolve_device(str(config["device"])),
+        device_asked=str(config["device"]),
         estimator=estimator,
         estimator_file=est_file,
         diffusion=diffusion,

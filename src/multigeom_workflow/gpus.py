@@ -1,0 +1,135 @@
+"""
+One GPU per job: which GPUs this machine shows, and a slot on one of them held for the
+job's lifetime.
+
+Snakemake counts GPUs (``resources: gpu=1``, ``--resources gpu=N``) but does not say
+which one a job gets (snakemake/snakemake issue #281). A per-image job therefore takes
+an exclusive ``flock`` on one lock file per GPU, in a folder shared by every run of the
+machine's user, and computes on that GPU. The operating system releases a lock when its
+process ends, however it ends (SIGKILL included), so a crashed job never keeps a GPU;
+no cleanup is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["GpuSlot", "hold_gpu", "lock_dir", "resolve_device", "visible_gpu_ids"]
+
+
+def visible_gpu_ids() -> list[str]:
+    """
+    The GPUs this process may use, as ids: those of ``CUDA_VISIBLE_DEVICES`` when it is
+    set (``"-1"`` or empty: none), else the indices ``nvidia-smi`` lists, else none.
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = [d.strip() for d in env.split(",") if d.strip()]
+        return [] if not ids or ids[0] == "-1" else ids
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def resolve_device(device: str) -> str:
+    """
+    The device a per-image job computes on: ``"auto"`` and ``"cuda"`` are ``"cuda"``
+    (any free GPU) when a GPU is visible, ``"cuda:N"`` that GPU, and all of them
+    ``"cpu"`` when no GPU is visible (as the old helper fell back).
+    """
+    if device == "cpu" or not visible_gpu_ids():
+        return "cpu"
+    return "cuda" if device == "auto" else device
+
+
+def lock_dir() -> Path:
+    """
+    The folder of the GPU lock files: ``$MULTIGEOM_GPU_LOCK_DIR``, else one per user in
+    the temporary folder, shared by every run on this machine.
+    """
+    env = os.environ.get("MULTIGEOM_GPU_LOCK_DIR")
+    folder = (
+        Path(env)
+        if env
+        else Path(tempfile.gettempdir()) / (f"multigeom-workflow-gpus-{os.getuid()}")
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+class GpuSlot:
+    """
+    A GPU held by this process: its id (as ``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi``
+    names it) and its torch device (``cuda:<position among the visible GPUs>``).
+    """
+
+    def __init__(self, gpu_id: str, position: int, handle):
+        self.gpu_id, self.position, self._handle = gpu_id, position, handle
+
+    @property
+    def device(self) -> str:
+        """The torch device of the held GPU, e.g. ``"cuda:3"``."""
+        return f"cuda:{self.position}"
+
+
+@contextlib.contextmanager
+def hold_gpu(ids: list[str] | None = None, *, want: int | None = None, poll_s=0.2):
+    """
+    Hold one GPU for the duration of the block: the first free one of `ids` (default:
+    `visible_gpu_ids`), or the one at position `want` among them, waiting until one is
+    free.
+
+    Yields
+    ------
+    GpuSlot
+
+    Raises
+    ------
+    RuntimeError
+        If there is no GPU to hold, or `want` is not a position among them.
+    """
+    ids = visible_gpu_ids() if ids is None else list(ids)
+    if not ids:
+        raise RuntimeError("no GPU is visible (CUDA_VISIBLE_DEVICES, nvidia-smi)")
+    if want is not None and not 0 <= want < len(ids):
+        raise RuntimeError(f"cuda:{want} asked for, but {len(ids)} GPU(s) are visible")
+    positions = [want] if want is not None else list(range(len(ids)))
+    folder = lock_dir()
+    # Start at a different GPU in each process, so that waiting jobs spread out.
+    shift = os.getpid() % len(positions)
+    order = positions[shift:] + positions[:shift]
+    while True:
+        for position in order:
+            handle = open(folder / f"gpu{ids[position]}.lock", "a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"{os.getpid()}\n")
+                handle.flush()
+                yield GpuSlot(ids[position], position, handle)
+                return
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+        time.sleep(poll_s)
