@@ -27,4 +27,4 @@ onstart:
         modal = _estimates(progress(SCENARIO))[1]
         problem = budget_problem(modal, SCENARIO.modal["max_cost_usd"])
         if problem:
-            sys.exit(f"config error: {problem}")
+            sys.exit(problem)

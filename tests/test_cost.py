@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import yaml
@@ -14,6 +16,7 @@ from multigeom_workflow.cost import (
     gpu_matches,
     measured_seconds_per_image,
     monte_carlo_work,
+    read_timings,
 )
 
 
@@ -96,11 +99,17 @@ def test_measured_seconds_respect_the_device(tmp_path):
     ]
     torch.save({"elapsed_seconds": 99.0, "provenance": None}, tmp_path / "old.pt")
     files.append(tmp_path / "old.pt")  # no device recorded: not a measurement
-    assert measured_seconds_per_image(files, "cpu") == (14.0, 3)
-    assert measured_seconds_per_image(files, "cuda") == (3.0, 2)
-    assert measured_seconds_per_image(files, "cuda", "A100-80GB") == (2.0, 1)
-    assert measured_seconds_per_image(files, "cuda", "T4") is None
-    assert measured_seconds_per_image([tmp_path / "missing.pt"], "cpu") is None
+    for t, f in enumerate(p for p in files if p.exists()):  # the order they were made
+        os.utime(f, (1_000 + t, 1_000 + t))
+    timings = read_timings(files)
+    assert len(timings) == 5
+    assert measured_seconds_per_image(timings, "cpu") == (14.0, 3)
+    assert measured_seconds_per_image(timings, "cuda") == (3.0, 2)
+    assert measured_seconds_per_image(timings, "cuda", "A100-80GB") == (2.0, 1)
+    assert measured_seconds_per_image(timings, "cuda", "T4") is None
+    assert read_timings([tmp_path / "missing.pt"]) == []
+    # Only the newest two files are read: old.pt (no device) and e.pt.
+    assert read_timings(files, limit=2) == [("cuda:1", "NVIDIA H100 80GB HBM3", 4.0)]
 
 
 def test_estimate_is_a_dataclass_of_its_inputs():

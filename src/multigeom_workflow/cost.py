@@ -34,6 +34,7 @@ __all__ = [
     "gpu_matches",
     "measured_seconds_per_image",
     "monte_carlo_work",
+    "read_timings",
 ]
 
 #: Modal GPU prices in USD per second (third-party copy of Modal's price page, July
@@ -163,35 +164,48 @@ def monte_carlo_work(estimator: dict) -> int:
     return n_t * int(mc["n_samples"])
 
 
-def measured_seconds_per_image(
-    files: list[str | Path], device_kind: str, gpu_name: str | None = None, limit=32
-) -> tuple[float, int] | None:
+def read_timings(
+    files: list[str | Path], limit: int = 32
+) -> list[tuple[str, str, float]]:
     """
-    The median ``elapsed_seconds`` of those of the newest `limit` per-image files that
-    were computed on `device_kind` (``"cpu"`` or ``"cuda"``; on a GPU that `gpu_matches`
-    `gpu_name` when it is given), as recorded in their ``provenance["device"]`` and
-    ``provenance["device_name"]`` by the workflow. Returns (median, number of files
-    used), or None when no file qualifies.
+    (device, device name, ``elapsed_seconds``) of the newest `limit` existing per-image
+    files that record their device (``provenance["device"]`` and
+    ``provenance["device_name"]``, written by the workflow). torch is imported only when
+    there is a file to read.
     """
     existing = [Path(f) for f in files if Path(f).exists()]
     if not existing:
-        return None
-    import torch  # only when there is something to read
+        return []
+    import torch
 
     existing.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    seconds = []
+    timings = []
     for path in existing[:limit]:
         try:
             d = torch.load(path, map_location="cpu", weights_only=False)
         except Exception:  # a file of another format: not a measurement
             continue
         prov = d.get("provenance") or {}
-        device = str(prov.get("device", ""))
-        if not device or device.split(":")[0] != device_kind:
-            continue
-        if gpu_name and not gpu_matches(gpu_name, str(prov.get("device_name", ""))):
-            continue
-        seconds.append(float(d["elapsed_seconds"]))
+        if prov.get("device"):
+            name = str(prov.get("device_name", ""))
+            timings.append((str(prov["device"]), name, float(d["elapsed_seconds"])))
+    return timings
+
+
+def measured_seconds_per_image(
+    timings: list[tuple[str, str, float]], device_kind: str, gpu_name: str | None = None
+) -> tuple[float, int] | None:
+    """
+    The median seconds of the `timings` (from `read_timings`) computed on `device_kind`
+    (``"cpu"`` or ``"cuda"``; on a GPU that `gpu_matches` `gpu_name` when it is given),
+    and how many there are; None when none qualifies.
+    """
+    seconds = [
+        s
+        for device, name, s in timings
+        if device.split(":")[0] == device_kind
+        and (not gpu_name or gpu_matches(gpu_name, name))
+    ]
     if not seconds:
         return None
     return statistics.median(seconds), len(seconds)

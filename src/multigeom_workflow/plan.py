@@ -24,6 +24,7 @@ from .cost import (
     format_duration,
     measured_seconds_per_image,
     monte_carlo_work,
+    read_timings,
 )
 from .gpus import visible_gpu_ids
 from .scenario import Scenario
@@ -69,10 +70,10 @@ def local_workers(
 
 
 def _seconds_per_image(
-    scenario: Scenario, kind: str, device_kind: str, gpu: str | None
+    scenario: Scenario, timings, kind: str, gpu: str | None = None
 ) -> tuple[float, str]:
-    files = scenario.per_image_files()
-    measured = measured_seconds_per_image(files, device_kind, gpu)
+    device_kind = "cpu" if kind == "cpu" else "cuda"
+    measured = measured_seconds_per_image(timings, device_kind, gpu)
     if measured:
         median, n = measured
         on = f"{device_kind} ({gpu})" if gpu else device_kind
@@ -102,13 +103,11 @@ def run_estimates(
     """
     left = sum(total - n for n, total in done.values())
     workers, why = local_workers(scenario, cores, resources)
+    timings = read_timings(scenario.per_image_files()) if left else []
     kind = "gpu" if scenario.uses_gpu else "cpu"
-    if left:
-        spi, source = _seconds_per_image(
-            scenario, kind, kind.replace("gpu", "cuda"), None
-        )
-    else:
-        spi, source = 0.0, "nothing left"
+    spi, source = (
+        _seconds_per_image(scenario, timings, kind) if left else (0.0, "nothing left")
+    )
     startup_source = "upstream's figure; one start-up per per-image job"
     local = estimate_cost(
         left,
@@ -119,20 +118,25 @@ def run_estimates(
         seconds_source=source,
         startup_source=startup_source,
     )
-    return local, modal_estimate(scenario, left, nodes, startup_source), why
+    modal = modal_estimate(scenario, left, timings, nodes, startup_source)
+    return local, modal, why
 
 
 def modal_estimate(
-    scenario: Scenario, left: int, nodes: int | None, startup_source: str
+    scenario: Scenario, left: int, timings, nodes: int | None, startup_source: str
 ) -> CostEstimate:
-    """The estimate of `left` per-image computations on Modal GPUs."""
+    """
+    The estimate of `left` per-image computations on Modal GPUs, seconds per image
+    measured from `timings` (`read_timings`) on the same GPU type when there are some.
+    """
     modal = scenario.modal
     prices = {**MODAL_PRICES_USD_PER_S, **modal["prices_usd_per_s"]}
     gpu = modal["gpu"]
-    if left:
-        spi, source = _seconds_per_image(scenario, "modal", "cuda", gpu)
-    else:
-        spi, source = 0.0, "nothing left"
+    spi, source = (
+        _seconds_per_image(scenario, timings, "modal", gpu)
+        if left
+        else (0.0, "nothing left")
+    )
     return estimate_cost(
         left,
         nodes or MODAL_STARTER_MAX_GPUS,
