@@ -2,6 +2,7 @@
 # Any bad value stops the run here, before any job, with one line naming the key, the
 # value and what is allowed.
 
+import os
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -26,6 +27,10 @@ for _problem in SCENARIO.blockers:  # stop a real run; a dry run shows its plan
     print(f"warning: {_problem}", file=sys.stderr)
 if SCENARIO.gpu_fallback:
     print(SCENARIO.gpu_fallback, file=sys.stderr)
+# For the per-image jobs this run starts (they inherit the environment): the process
+# their warm workers watch (they end with it), and how many share the CPU at once.
+os.environ["MULTIGEOM_SNAKEMAKE_PID"] = str(os.getpid())
+os.environ["MULTIGEOM_CPU_SLOTS"] = str(workflow.resource_settings.cores or 1)
 RUNS = SCENARIO.runs_dir
 RESULTS = config["results_dir"].rstrip("/")
 DEMO = config["demo"]

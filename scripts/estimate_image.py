@@ -1,49 +1,84 @@
-"""Rule estimate_image: G(x) and J(x) of one test image, by upstream's estimator."""
+"""
+Rule estimate_image: G(x) and J(x) of one test image, by upstream's estimator, on the
+slot (GPU or CPU share) the job holds: through a warm worker (`workers: warm`) or in
+this process (`workers: cold`).
+"""
 
-import contextlib
+import os
 from pathlib import Path
 
-import torch
-from multigeom.utils import provenance
-
-from multigeom_workflow.estimate import (
-    device_provenance,
-    estimate_to_file,
-    load_models,
-)
-from multigeom_workflow.gpus import hold_gpu, resolve_device
+from multigeom_workflow.gpus import hold_cpu, hold_gpu, resolve_device
 from multigeom_workflow.jobs import job_log
 from multigeom_workflow.scenario import resolve_settings_file
 
 with job_log(snakemake.log[0]):
     config, wildcards = snakemake.config, snakemake.wildcards
-    torch.set_num_threads(snakemake.threads)
     workflow_dir = Path(snakemake.scriptdir).parent
     files = {
-        key: resolve_settings_file(config[key], key, workflow_dir)
+        key: str(resolve_settings_file(config[key], key, workflow_dir))
         for key in ("estimator", "diffusion")
     }
     device = resolve_device(config["device"])
-    with contextlib.ExitStack() as stack:
-        if device.startswith("cuda"):  # one GPU per job, held until the job ends
-            want = int(device.split(":")[1]) if ":" in device else None
-            slot = stack.enter_context(hold_gpu(want=want))
-            device = slot.device
-            print(f"holding GPU {slot.gpu_id} as {device}")
-        models = load_models(
-            snakemake.input.encoder,
-            snakemake.input.diffusion,
-            snakemake.params.diffusion,
-            device,
-        )
-        estimate_to_file(
-            models,
-            snakemake.input.image,
-            int(wildcards.index),
-            snakemake.output[0],
-            snakemake.params.estimator,
-            encoder_name=wildcards.encoder,
-            area=wildcards.area,
-            provenance_record=provenance(files, seed=int(config["seed"]))
-            | device_provenance(models.device),
-        )
+    if device.startswith("cuda"):  # one GPU per job, held until the job ends
+        want = int(device.split(":")[1]) if ":" in device else None
+        slot_held = hold_gpu(want=want)
+    else:  # one share of the CPU per job running at once
+        slot_held = hold_cpu(int(os.environ.get("MULTIGEOM_CPU_SLOTS", "1")))
+    with slot_held as slot:
+        print(f"holding {slot.kind} {slot.slot_id} ({slot.device})", flush=True)
+        if config["workers"] == "warm":
+            from multigeom_workflow.workers import model_spec, request_estimate
+
+            spec = model_spec(
+                f"{slot.kind}{slot.slot_id}",
+                slot.device,
+                snakemake.threads,
+                snakemake.input.encoder,
+                snakemake.input.diffusion,
+                snakemake.params.diffusion,
+            )
+            name = f"{slot.kind}{slot.slot_id}-{wildcards.encoder}-{wildcards.area}"
+            reply = request_estimate(
+                spec,
+                {
+                    "image": str(Path(snakemake.input.image).resolve()),
+                    "index": int(wildcards.index),
+                    "out": str(Path(snakemake.output[0]).resolve()),
+                    "estimator": snakemake.params.estimator,
+                    "encoder_name": wildcards.encoder,
+                    "area": wildcards.area,
+                    "settings_files": files,
+                    "seed": int(config["seed"]),
+                },
+                log=Path("logs/workers", f"{name}.log").resolve(),
+                watch_pid=int(os.environ.get("MULTIGEOM_SNAKEMAKE_PID", os.getppid())),
+            )
+            print(f"done by the warm worker in {reply['seconds']:.2f} s")
+        else:
+            import torch
+            from multigeom.utils import provenance
+
+            from multigeom_workflow.estimate import (
+                device_provenance,
+                estimate_to_file,
+                load_models,
+            )
+
+            torch.set_num_threads(snakemake.threads)
+            models = load_models(
+                snakemake.input.encoder,
+                snakemake.input.diffusion,
+                snakemake.params.diffusion,
+                slot.device,
+            )
+            estimate_to_file(
+                models,
+                snakemake.input.image,
+                int(wildcards.index),
+                snakemake.output[0],
+                snakemake.params.estimator,
+                encoder_name=wildcards.encoder,
+                area=wildcards.area,
+                provenance_record=provenance(files, seed=int(config["seed"]))
+                | device_provenance(models.device),
+            )

@@ -27,7 +27,7 @@ with hold_gpu() as slot:
     start = time.monotonic()
     time.sleep(random.uniform(0.02, 0.15))
     end = time.monotonic()
-hold = {"gpu": slot.gpu_id, "device": slot.device, "start": start, "end": end}
+hold = {"gpu": slot.slot_id, "device": slot.device, "start": start, "end": end}
 print(json.dumps(hold))
 """
 
@@ -106,7 +106,7 @@ def test_asking_for_a_gpu_that_is_not_there(fake_gpus):
         with hold_gpu(want=9):
             pass
     with hold_gpu(want=3) as slot:
-        assert (slot.gpu_id, slot.device) == ("3", "cuda:3")
+        assert (slot.slot_id, slot.device) == ("3", "cuda:3")
 
 
 def test_workflow_plans_one_gpu_per_image_job(tmp_path):

@@ -21,7 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["GpuSlot", "hold_gpu", "lock_dir", "resolve_device", "visible_gpu_ids"]
+__all__ = [
+    "Slot",
+    "hold_cpu",
+    "hold_gpu",
+    "hold_slot",
+    "lock_dir",
+    "resolve_device",
+    "visible_gpu_ids",
+]
 
 
 def visible_gpu_ids() -> list[str]:
@@ -60,8 +68,9 @@ def resolve_device(device: str) -> str:
 
 def lock_dir() -> Path:
     """
-    The folder of the GPU lock files: ``$MULTIGEOM_GPU_LOCK_DIR``, else one per user in
-    the temporary folder, shared by every run on this machine.
+    The folder of the slot lock files (and of the workers' sockets):
+    ``$MULTIGEOM_GPU_LOCK_DIR``, else one per user in the temporary folder, shared by
+    every run on this machine.
     """
     env = os.environ.get("MULTIGEOM_GPU_LOCK_DIR")
     folder = (
@@ -73,50 +82,51 @@ def lock_dir() -> Path:
     return folder
 
 
-class GpuSlot:
+class Slot:
     """
-    A GPU held by this process: its id (as ``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi``
-    names it) and its torch device (``cuda:<position among the visible GPUs>``).
+    A GPU (or a CPU share) held by this process: its kind (``"gpu"`` or ``"cpu"``), its
+    id (for a GPU, as ``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi`` names it) and its
+    position among the slots of its kind.
     """
 
-    def __init__(self, gpu_id: str, position: int, handle):
-        self.gpu_id, self.position, self._handle = gpu_id, position, handle
+    def __init__(self, kind: str, slot_id: str, position: int, handle):
+        self.kind, self.slot_id, self.position = kind, slot_id, position
+        self._handle = handle
 
     @property
     def device(self) -> str:
-        """The torch device of the held GPU, e.g. ``"cuda:3"``."""
-        return f"cuda:{self.position}"
+        """The torch device: ``cuda:<position among the visible GPUs>``, or ``cpu``."""
+        return f"cuda:{self.position}" if self.kind == "gpu" else "cpu"
 
 
 @contextlib.contextmanager
-def hold_gpu(ids: list[str] | None = None, *, want: int | None = None, poll_s=0.2):
+def hold_slot(kind: str, ids: list[str], *, want: int | None = None, poll_s=0.2):
     """
-    Hold one GPU for the duration of the block: the first free one of `ids` (default:
-    `visible_gpu_ids`), or the one at position `want` among them, waiting until one is
-    free.
+    Hold one slot of `kind` for the duration of the block: the first free one of `ids`,
+    or the one at position `want` among them, waiting until one is free. The slot is an
+    exclusive ``flock`` on ``<lock_dir>/<kind><id>.lock``.
 
     Yields
     ------
-    GpuSlot
+    Slot
 
     Raises
     ------
     RuntimeError
-        If there is no GPU to hold, or `want` is not a position among them.
+        If there is no slot to hold, or `want` is not a position among them.
     """
-    ids = visible_gpu_ids() if ids is None else list(ids)
     if not ids:
-        raise RuntimeError("no GPU is visible (CUDA_VISIBLE_DEVICES, nvidia-smi)")
+        raise RuntimeError(f"no {kind} slot to hold")
     if want is not None and not 0 <= want < len(ids):
-        raise RuntimeError(f"cuda:{want} asked for, but {len(ids)} GPU(s) are visible")
+        raise RuntimeError(f"{kind} {want} asked for, but there are {len(ids)}")
     positions = [want] if want is not None else list(range(len(ids)))
     folder = lock_dir()
-    # Start at a different GPU in each process, so that waiting jobs spread out.
+    # Start at a different slot in each process, so that waiting jobs spread out.
     shift = os.getpid() % len(positions)
     order = positions[shift:] + positions[:shift]
     while True:
         for position in order:
-            handle = open(folder / f"gpu{ids[position]}.lock", "a+")
+            handle = open(folder / f"{kind}{ids[position]}.lock", "a+")
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -127,9 +137,31 @@ def hold_gpu(ids: list[str] | None = None, *, want: int | None = None, poll_s=0.
                 handle.truncate()
                 handle.write(f"{os.getpid()}\n")
                 handle.flush()
-                yield GpuSlot(ids[position], position, handle)
+                yield Slot(kind, ids[position], position, handle)
                 return
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
                 handle.close()
         time.sleep(poll_s)
+
+
+def hold_gpu(ids: list[str] | None = None, *, want: int | None = None, poll_s=0.2):
+    """
+    Hold one GPU (`hold_slot` over `ids`, default `visible_gpu_ids`), or GPU `want`.
+
+    Raises
+    ------
+    RuntimeError
+        If no GPU is visible, or `want` is not one of them.
+    """
+    ids = visible_gpu_ids() if ids is None else list(ids)
+    if not ids:
+        raise RuntimeError("no GPU is visible (CUDA_VISIBLE_DEVICES, nvidia-smi)")
+    if want is not None and not 0 <= want < len(ids):
+        raise RuntimeError(f"cuda:{want} asked for, but {len(ids)} GPU(s) are visible")
+    return hold_slot("gpu", ids, want=want, poll_s=poll_s)
+
+
+def hold_cpu(n_slots: int, *, poll_s=0.2):
+    """Hold one of `n_slots` CPU shares (one per per-image job running at once)."""
+    return hold_slot("cpu", [str(i) for i in range(max(n_slots, 1))], poll_s=poll_s)
