@@ -152,10 +152,12 @@ def test_dry_run_prints_the_estimate_before_the_jobs(tmp_path):
     ]
     # 2 timesteps x 4 samples = 8 of the paper's 4800: 885 s x 8 / 4800 = 1.475 s.
     assert block[5].startswith("  here (cpu): 2 worker(s) (--cores); 1.48 s per image")
+    # Warm workers: one start-up per worker (2) and configuration (4).
     assert block[6] == (
-        "    start-up 15 s x 12 (upstream's figure; one start-up per per-image job)"
+        "    start-up 15 s x 8 (upstream's figure; warm workers: one per worker and "
+        "configuration)"
     )
-    assert block[7] == "    device-seconds 198; wall-clock 99 s (2 min)"
+    assert block[7] == "    device-seconds 138; wall-clock 69 s"
     assert block[8].startswith(
         "  on Modal (H100, 0.001097 USD/s): 10 container(s); 0.05 s"
     )

@@ -32,6 +32,7 @@ from .scenario import Scenario
 __all__ = [
     "MODAL_STARTER_MAX_GPUS",
     "estimate_lines",
+    "count_startups",
     "local_workers",
     "modal_estimate",
     "progress",
@@ -99,7 +100,8 @@ def run_estimates(
     Modal (GPU type ``modal.gpu`` of the config, ``--jobs`` containers or Modal
     Starter's 10), and why the local run has its number of workers.
 
-    Each per-image job starts its own process, so there is one start-up per job.
+    Start-ups: with warm workers, one per (worker, configuration with work left), at
+    most one per image; with cold jobs, one per per-image job.
     """
     left = sum(total - n for n, total in done.values())
     workers, why = local_workers(scenario, cores, resources)
@@ -108,41 +110,67 @@ def run_estimates(
     spi, source = (
         _seconds_per_image(scenario, timings, kind) if left else (0.0, "nothing left")
     )
-    startup_source = "upstream's figure; one start-up per per-image job"
+    n_start, startup_source = count_startups(scenario, done, workers)
     local = estimate_cost(
         left,
         workers,
         spi,
         DEFAULT_STARTUP_S,
-        startups=left,
+        startups=n_start,
         seconds_source=source,
         startup_source=startup_source,
     )
-    modal = modal_estimate(scenario, left, timings, nodes, startup_source)
+    modal = modal_estimate(scenario, done, timings, nodes)
     return local, modal, why
 
 
+def count_startups(
+    scenario: Scenario, done: dict[tuple[str, str], tuple[int, int]], n_workers: int
+) -> tuple[int, str]:
+    """
+    How many worker start-ups the work left takes, and why: with warm workers one per
+    (worker, configuration with work left), at most one per image; with cold jobs one
+    per per-image job.
+    """
+    left = sum(total - n for n, total in done.values())
+    if scenario.warm_workers:
+        configs_left = sum(n < total for n, total in done.values())
+        count = min(left, n_workers * configs_left)
+        return (
+            count,
+            "upstream's figure; warm workers: one per worker and configuration",
+        )
+    return left, "upstream's figure; cold jobs: one per per-image job"
+
+
 def modal_estimate(
-    scenario: Scenario, left: int, timings, nodes: int | None, startup_source: str
+    scenario: Scenario,
+    done: dict[tuple[str, str], tuple[int, int]],
+    timings,
+    nodes: int | None,
 ) -> CostEstimate:
     """
-    The estimate of `left` per-image computations on Modal GPUs, seconds per image
-    measured from `timings` (`read_timings`) on the same GPU type when there are some.
+    The estimate of the work left (`done` from `progress`) on Modal GPUs, seconds per
+    image measured from `timings` (`read_timings`) on the same GPU type when there are
+    some.
     """
     modal = scenario.modal
     prices = {**MODAL_PRICES_USD_PER_S, **modal["prices_usd_per_s"]}
     gpu = modal["gpu"]
+    left = sum(total - n for n, total in done.values())
     spi, source = (
         _seconds_per_image(scenario, timings, "modal", gpu)
         if left
         else (0.0, "nothing left")
     )
+    containers = nodes or MODAL_STARTER_MAX_GPUS
+    n_start, startup_source = count_startups(scenario, done, min(containers, left))
     return estimate_cost(
         left,
-        nodes or MODAL_STARTER_MAX_GPUS,
+        containers,
         spi,
         DEFAULT_STARTUP_S,
-        startups=left,
+        startups=n_start,
         gpu=gpu,
         prices=prices,
         seconds_source=source,

@@ -115,6 +115,8 @@ class Scenario:
     modal : dict
         The config's ``modal`` settings: ``gpu``, ``max_cost_usd``,
         ``prices_usd_per_s``.
+    warm_workers : bool
+        Per-image jobs hand their image to warm workers (config ``workers: warm``).
     blockers : tuple of str
         One-line problems that must stop a real run before any job, but not a dry run,
         which shows its plan with these as warnings (e.g. torchvision weights missing
@@ -135,6 +137,7 @@ class Scenario:
     test_image_files: tuple[str, ...]
     modal: dict
     device_asked: str = "cpu"
+    warm_workers: bool = True
     blockers: tuple[str, ...] = ()
 
     @property
@@ -494,6 +497,7 @@ def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
         top_k=top_k,
         device=resolve_device(str(config["device"])),
         device_asked=str(config["device"]),
+        warm_workers=config["workers"] == "warm",
         estimator=estimator,
         estimator_file=est_file,
         diffusion=diffusion,
