@@ -73,11 +73,11 @@ def main(argv=None):
                 shutil.copytree(assets / part, work / "runs" / part)
             wall = snakemake(
                 work,
+                *targets,
                 "--cores",
                 str(args.cores),
                 "--config",
                 f"workers={mode}",
-                *targets,
             )
             inside = sum(
                 torch.load(work / t, weights_only=False)["elapsed_seconds"]
