@@ -29,8 +29,10 @@ if SCENARIO.gpu_fallback:
     print(SCENARIO.gpu_fallback, file=sys.stderr)
 # For the per-image jobs this run starts (they inherit the environment): the process
 # their warm workers watch (they end with it), and how many share the CPU at once.
-os.environ["MULTIGEOM_SNAKEMAKE_PID"] = str(os.getpid())
-os.environ["MULTIGEOM_CPU_SLOTS"] = str(workflow.resource_settings.cores or 1)
+os.environ.update(
+    MULTIGEOM_SNAKEMAKE_PID=str(os.getpid()),
+    MULTIGEOM_CPU_SLOTS=str(workflow.resource_settings.cores or 1),
+)
 RUNS = SCENARIO.runs_dir
 RESULTS = config["results_dir"].rstrip("/")
 DEMO = config["demo"]
