@@ -74,6 +74,8 @@ def main(argv=None):
             wall = snakemake(
                 work,
                 *targets,
+                "--allowed-rules",  # the copied assets are not rebuilt
+                "estimate_image",
                 "--cores",
                 str(args.cores),
                 "--config",

@@ -76,7 +76,7 @@ def lock_dir() -> Path:
     folder = (
         Path(env)
         if env
-        else Path(tempfile.gettempdir()) / (f"multigeom-workflow-gpus-{os.getuid()}")
+        else Path(tempfile.gettempdir()) / (f"multigeom-workflow-{os.getuid()}")
     )
     folder.mkdir(parents=True, exist_ok=True)
     return folder

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .gpus import lock_dir
 
-__all__ = ["IDLE_S", "request_estimate", "serve", "worker_socket"]
+__all__ = ["IDLE_S", "model_spec", "request_estimate", "serve", "worker_socket"]
 
 #: Seconds a worker waits for work before it ends.
 IDLE_S = 120.0
