@@ -2,21 +2,12 @@
 # every (encoder, area) configuration, Stage 5 (subspace alignment) and the figure.
 # Usage: snakemake --profile profiles/local-cpu   (see README.md)
 
-import os
-
 from snakemake.utils import min_version
 
 min_version("9.19")
 
 
-# The working directory's config/config.yaml, else the workflow's own (as the
-# `multigeom-workflow` commands read it); --configfile replaces it.
-DEFAULT_CONFIG = "config/config.yaml"
-if not os.path.exists(DEFAULT_CONFIG):
-    DEFAULT_CONFIG = f"{workflow.basedir}/config/config.yaml"
-
-
-configfile: DEFAULT_CONFIG
+configfile: "config/config.yaml"
 
 
 include: "rules/common.smk"

@@ -60,6 +60,8 @@ def main(argv=None):
         ]
         snakemake(
             assets.parent,
+            "--configfile",
+            str(REPO / "config" / "config.yaml"),
             "--cores",
             str(args.cores),
             *built,
@@ -78,6 +80,8 @@ def main(argv=None):
                 "estimate_image",
                 "--cores",
                 str(args.cores),
+                "--configfile",
+                str(REPO / "config" / "config.yaml"),
                 "--config",
                 f"workers={mode}",
             )

@@ -99,7 +99,13 @@ def test_split_invariance(tiny_run, tmp_path):
 
 
 def test_the_seed_of_image_i_is_seed_plus_i(tiny_run, tmp_path):
-    """Image 1 with seed 42 is image 1 with seed 41 + 1: same draws, same result."""
+    """Image 1 of a run seeded 42 is upstream's `estimate_image` with seed 43."""
+    from multigeom.pipeline.per_image import estimate_image
+
+    from multigeom_workflow.scenario import to_namespace
+    from multigeom_workflow.test_images import load_test_image
+
+    torch.set_num_threads(1)
     models = load_models(
         tiny_run / f"runs/encoders/{ENCODER}/{AREA}/best_model.pt",
         tiny_run / f"runs/diffusion/{ENCODER}/{AREA}/final_model.pt",
@@ -107,28 +113,27 @@ def test_the_seed_of_image_i_is_seed_plus_i(tiny_run, tmp_path):
         "cpu",
     )
     image = tiny_run / "runs/demo/test_images/img0001.png"
-    torch.set_num_threads(1)
-    a = estimate_to_file(
-        models,
-        image,
-        1,
-        tmp_path / "a/img0001.pt",
-        settings(42)[0],
-        encoder_name=ENCODER,
-        area=AREA,
+    est = settings(42)[0]
+    out = estimate_to_file(
+        models, image, 1, tmp_path / "img0001.pt", est, encoder_name=ENCODER, area=AREA
     )
-    b = estimate_to_file(
-        models,
-        image,
-        1,
-        tmp_path / "b/img0001.pt",
-        settings(43)[0],
-        encoder_name=ENCODER,
-        area=AREA,
-    )
-    assert not torch.equal(load(a)["G_eigenvectors"], load(b)["G_eigenvectors"])
-    # J(x) has no Monte-Carlo draw: it does not depend on the seed.
-    assert torch.equal(load(a)["J_eigenvectors"], load(b)["J_eigenvectors"])
+    ours = load(out)
+
+    def upstream(seed):
+        x = load_test_image(image).unsqueeze(0)
+        args = (
+            x,
+            models.encoder,
+            models.unet,
+            models.alphas_cumprod,
+            to_namespace(est),
+        )
+        return estimate_image(*args, seed=seed, device=models.device)
+
+    g, j = upstream(43)
+    assert torch.equal(ours["G_eigenvectors"], g.eigenvectors)
+    assert torch.equal(ours["J_eigenvectors"], j.eigenvectors)
+    assert not torch.equal(ours["G_eigenvectors"], upstream(42)[0].eigenvectors)
 
 
 class Failing(torch.nn.Module):

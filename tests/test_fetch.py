@@ -71,21 +71,18 @@ def test_checkpoint_lands_in_the_run_layout_through_the_cache(hub, tmp_path):
     assert again.read_bytes() == checkpoint_bytes(0)
 
 
-def test_missing_file_fails_with_its_name(hub, tmp_path):
-    out = tmp_path / "final_model.pt"
-    with pytest.raises(
-        RuntimeError, match="could not download diffusion/onoff/V4/final"
-    ):
-        fetch(hub, "diffusion", "V4", out)
-    assert not out.exists()
-
-
-def test_not_a_checkpoint_is_refused(hub, tmp_path):
-    out = tmp_path / "best_model.pt"
-    with pytest.raises(
-        RuntimeError, match="encoders/onoff/V4/best_model.pt of lab/che"
-    ):
-        fetch(hub, "encoders", "V4", out)
+@pytest.mark.parametrize(
+    "kind, area, match",
+    [
+        ("diffusion", "V4", "could not download diffusion/onoff/V4/final_model.pt"),
+        ("encoders", "V4", "encoders/onoff/V4/best_model.pt of lab/checkpoints .* is "),
+    ],
+    ids=["missing file", "not a checkpoint"],
+)
+def test_bad_checkpoint_fails_and_leaves_nothing(hub, tmp_path, kind, area, match):
+    out = tmp_path / "checkpoint.pt"
+    with pytest.raises(RuntimeError, match=match):
+        fetch(hub, kind, area, out)
     assert not out.exists()
 
 
