@@ -214,3 +214,26 @@ def test_backbone_weight_files_are_torchvisions():
         ("resnet50", ResNet50_Weights.IMAGENET1K_V2),
     ):
         assert BACKBONE_WEIGHTS[encoder][0] == weights.url.rsplit("/", 1)[1]
+
+
+def test_sources_agree_with_upstream_and_the_schema():
+    """The Hub repository, TinyImageNet's URLs and size: upstream's, in every place."""
+    import yaml
+    from conftest import REPO
+    from multigeom.datasets import download
+    from multigeom.encoders import neural
+
+    from multigeom_workflow.fetch import HUB_REPO, TINYIMAGENET_BYTES, TINYIMAGENET_URLS
+
+    schema = yaml.safe_load((REPO / "config/schemas/config.schema.yaml").read_text())
+    props = schema["properties"]
+    assert (
+        HUB_REPO
+        == neural.DEFAULT_REPO
+        == props["checkpoints"]["properties"]["repo_id"]["default"]
+    )
+    test_images = props["test_images"]["properties"]
+    assert list(TINYIMAGENET_URLS) == list(download.TINYIMAGENET_URLS)
+    assert test_images["urls"]["default"] == list(TINYIMAGENET_URLS)
+    assert TINYIMAGENET_BYTES == download.TINYIMAGENET_BYTES
+    assert test_images["archive_bytes"]["default"] == TINYIMAGENET_BYTES
