@@ -2,8 +2,6 @@
 # the TinyImageNet test images. Defined only when the configuration asks for them
 # (checkpoints.source: hub, test_images.download: true).
 
-from multigeom_workflow.fetch import hub_filename
-
 HUB = config["checkpoints"]
 TEST_IMAGES = config["test_images"]
 
@@ -17,7 +15,7 @@ if HUB["source"] == "hub":
             encoder="inception|resnet50|onoff",
             area="V1|V4",
         params:
-            filename=lambda w: hub_filename("encoders", w.encoder, w.area),
+            kind="encoders",
             repo_id=HUB["repo_id"],
             revision=HUB["revision"],
         log:
@@ -33,7 +31,7 @@ if HUB["source"] == "hub":
             encoder="inception|resnet50|onoff",
             area="V1|V4",
         params:
-            filename=lambda w: hub_filename("diffusion", w.encoder, w.area),
+            kind="diffusion",
             repo_id=HUB["repo_id"],
             revision=HUB["revision"],
         log:

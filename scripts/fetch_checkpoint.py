@@ -4,13 +4,12 @@ from multigeom_workflow.fetch import fetch_checkpoint
 from multigeom_workflow.jobs import job_log
 
 with job_log(snakemake.log[0]):
-    kind = snakemake.params.filename.split("/", 1)[0]
-    fetch_checkpoint(
-        kind,
+    out = fetch_checkpoint(
+        snakemake.params.kind,
         snakemake.wildcards.encoder,
         snakemake.wildcards.area,
         snakemake.output[0],
         repo_id=snakemake.params.repo_id,
         revision=snakemake.params.revision,
     )
-    print(f"{snakemake.params.filename} -> {snakemake.output[0]}")
+    print(f"{snakemake.params.repo_id}: {snakemake.params.kind} -> {out}")
