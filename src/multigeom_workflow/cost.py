@@ -22,6 +22,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from .scenario import timestep_grid
+
 __all__ = [
     "DEFAULT_SECONDS_PER_IMAGE",
     "DEFAULT_STARTUP_S",
@@ -158,10 +160,7 @@ def estimate_cost(
 
 def monte_carlo_work(estimator: dict) -> int:
     """Timesteps x samples of an estimator's settings (upstream's YAML layout)."""
-    mc = estimator["monte_carlo"]
-    grid = mc["timestep_grid"]
-    n_t = len(range(int(grid["start"]), int(grid["stop"]) + 1, int(grid["step"])))
-    return n_t * int(mc["n_samples"])
+    return len(timestep_grid(estimator)) * int(estimator["monte_carlo"]["n_samples"])
 
 
 def read_timings(

@@ -38,6 +38,7 @@ __all__ = [
     "packaged_config_dir",
     "resolve_settings_file",
     "schema_error_line",
+    "timestep_grid",
     "to_namespace",
     "validated_scenario",
 ]
@@ -188,6 +189,15 @@ def to_namespace(settings):
     return settings
 
 
+def timestep_grid(estimator: dict) -> range:
+    """
+    The DDPM timesteps of an estimator's settings (``monte_carlo.timestep_grid``: start,
+    stop inclusive, step), as upstream's `conditional_pair_estimate` builds them.
+    """
+    grid = estimator["monte_carlo"]["timestep_grid"]
+    return range(int(grid["start"]), int(grid["stop"]) + 1, int(grid["step"]))
+
+
 def packaged_config_dir() -> Path:
     """
     The folder of upstream's packaged settings (``multigeom/configs``), found without
@@ -276,7 +286,8 @@ def _check_estimator(
     mc = "monte_carlo"
     n_samples = int(_get(est, f"{mc}.n_samples", "estimator", est_file))
     batch = int(_get(est, f"{mc}.batch_size", "estimator", est_file))
-    grid = _get(est, f"{mc}.timestep_grid", "estimator", est_file)
+    for part in ("start", "stop", "step"):  # present, or one clear line
+        _get(est, f"{mc}.timestep_grid.{part}", "estimator", est_file)
     sigma = float(_get(est, f"{mc}.observation_noise_sigma", "estimator", est_file))
     sigma_train = float(
         _get(diff, "conditioning.observation_noise_sigma", "diffusion", diff_file)
@@ -288,7 +299,7 @@ def _check_estimator(
             f"{n_samples} must be a positive multiple of monte_carlo.batch_size = "
             f"{batch}"
         )
-    timesteps = range(int(grid["start"]), int(grid["stop"]) + 1, int(grid["step"]))
+    timesteps = timestep_grid(est)
     if len(timesteps) < 2 or timesteps[0] < 0 or timesteps[-1] >= n_train_t:
         raise ConfigError(
             f"config key 'estimator' = {str(est_file)!r}: monte_carlo.timestep_grid "
