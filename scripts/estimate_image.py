@@ -24,6 +24,16 @@ with job_log(snakemake.log[0]):
         slot_held = hold_gpu(want=want)
     else:  # one share of the CPU per job running at once
         slot_held = hold_cpu(int(os.environ.get("MULTIGEOM_CPU_SLOTS", "1")))
+    request = {
+        "image": str(Path(snakemake.input.image).resolve()),
+        "index": int(wildcards.index),
+        "out": str(Path(snakemake.output[0]).resolve()),
+        "estimator": snakemake.params.estimator,
+        "encoder_name": wildcards.encoder,
+        "area": wildcards.area,
+        "settings_files": files,
+        "seed": int(config["seed"]),
+    }
     with slot_held as slot:
         print(f"holding {slot.kind} {slot.slot_id} ({slot.device})", flush=True)
         if config["workers"] == "warm":
@@ -40,29 +50,15 @@ with job_log(snakemake.log[0]):
             name = f"{slot.kind}{slot.slot_id}-{wildcards.encoder}-{wildcards.area}"
             reply = request_estimate(
                 spec,
-                {
-                    "image": str(Path(snakemake.input.image).resolve()),
-                    "index": int(wildcards.index),
-                    "out": str(Path(snakemake.output[0]).resolve()),
-                    "estimator": snakemake.params.estimator,
-                    "encoder_name": wildcards.encoder,
-                    "area": wildcards.area,
-                    "settings_files": files,
-                    "seed": int(config["seed"]),
-                },
+                request,
                 log=Path("logs/workers", f"{name}.log").resolve(),
                 watch_pid=int(os.environ.get("MULTIGEOM_SNAKEMAKE_PID", os.getppid())),
             )
             print(f"done by the warm worker in {reply['seconds']:.2f} s")
         else:
             import torch
-            from multigeom.utils import provenance
 
-            from multigeom_workflow.estimate import (
-                device_provenance,
-                estimate_to_file,
-                load_models,
-            )
+            from multigeom_workflow.estimate import estimate_request, load_models
 
             torch.set_num_threads(snakemake.threads)
             models = load_models(
@@ -71,14 +67,4 @@ with job_log(snakemake.log[0]):
                 snakemake.params.diffusion,
                 slot.device,
             )
-            estimate_to_file(
-                models,
-                snakemake.input.image,
-                int(wildcards.index),
-                snakemake.output[0],
-                snakemake.params.estimator,
-                encoder_name=wildcards.encoder,
-                area=wildcards.area,
-                provenance_record=provenance(files, seed=int(config["seed"]))
-                | device_provenance(models.device),
-            )
+            estimate_request(models, request)

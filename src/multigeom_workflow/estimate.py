@@ -20,7 +20,13 @@ import torch
 from .scenario import to_namespace
 from .test_images import load_test_image
 
-__all__ = ["Models", "device_provenance", "estimate_to_file", "load_models"]
+__all__ = [
+    "Models",
+    "device_provenance",
+    "estimate_request",
+    "estimate_to_file",
+    "load_models",
+]
 
 
 @dataclass
@@ -144,3 +150,36 @@ def estimate_to_file(
         )
         Path(written).replace(out)
     return out
+
+
+def estimate_request(models: Models, request: dict) -> Path:
+    """
+    `estimate_to_file` for one request of a per-image job, the same whether a warm
+    worker or the job itself computes it.
+
+    Parameters
+    ----------
+    models : Models
+    request : dict
+        ``image``, ``index``, ``out``, ``estimator``, ``encoder_name``, ``area``; and
+        ``settings_files`` (name -> path), ``seed`` for upstream's provenance record,
+        to which `device_provenance` is added.
+
+    Returns
+    -------
+    Path
+        The per-image file.
+    """
+    from multigeom.utils import provenance
+
+    record = provenance(request["settings_files"], seed=request["seed"])
+    return estimate_to_file(
+        models,
+        request["image"],
+        request["index"],
+        request["out"],
+        request["estimator"],
+        encoder_name=request["encoder_name"],
+        area=request["area"],
+        provenance_record=record | device_provenance(models.device),
+    )

@@ -178,9 +178,8 @@ def serve(path: Path, spec: dict, watch_pid: int, idle_s: float = IDLE_S) -> Non
     socket `path` until `watch_pid` ends or `idle_s` seconds pass without a request.
     """
     import torch
-    from multigeom.utils import provenance
 
-    from .estimate import device_provenance, estimate_to_file, load_models
+    from .estimate import estimate_request, load_models
 
     torch.set_num_threads(spec["threads"])
     t0 = time.monotonic()
@@ -208,17 +207,7 @@ def serve(path: Path, spec: dict, watch_pid: int, idle_s: float = IDLE_S) -> Non
                 request = json.loads(stream.readline())
                 t = time.monotonic()
                 try:
-                    record = provenance(request["settings_files"], seed=request["seed"])
-                    estimate_to_file(
-                        models,
-                        request["image"],
-                        request["index"],
-                        request["out"],
-                        request["estimator"],
-                        encoder_name=request["encoder_name"],
-                        area=request["area"],
-                        provenance_record=record | device_provenance(models.device),
-                    )
+                    estimate_request(models, request)
                     reply = {"ok": True, "seconds": time.monotonic() - t}
                 except Exception as err:  # reported to the job, which fails
                     reply = {"ok": False, "error": f"{type(err).__name__}: {err}"}
