@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 
 try:
     from multigeom_workflow.scenario import ConfigError, validated_scenario
+    from multigeom_workflow.shards import SHARD_GROUP, num_shards, shard_groups
 except ImportError as err:
     raise WorkflowError(
         f"the workflow's package is not installed ({err}): run `pip install -e .` "
@@ -38,6 +39,22 @@ RESULTS = config["results_dir"].rstrip("/")
 DEMO = config["demo"]
 # Per-image jobs compute on the GPU Snakemake gives them when the device is CUDA.
 ESTIMATE_GPUS = 1 if SCENARIO.uses_gpu else 0
+# The per-image computations left, split into balanced shards (Snakemake groups
+# shard-00, shard-01, ...). Each shard's group is registered under the one name "shard",
+# so a profile's `group-components: [shard=N]` makes one submission of up to N images
+# of a shard (Snakemake keys --group-components by that name, as for groups written
+# with wildcards).
+SHARDS = shard_groups(
+    [
+        (c.encoder, c.area, i)
+        for c in SCENARIO.configurations
+        for i in range(SCENARIO.n_images)
+        if not os.path.exists(SCENARIO.per_image_file(c.encoder, c.area, i))
+    ],
+    num_shards(config["shards"], workflow.resource_settings.nodes),
+)
+for _shard in set(SHARDS.values()):
+    workflow.parent_groupids[_shard] = SHARD_GROUP
 
 
 wildcard_constraints:
@@ -77,6 +94,15 @@ def get_estimate_inputs(wildcards):
         "encoder": c.encoder_ckpt,
         "diffusion": c.diffusion_ckpt,
     }
+
+
+def get_shard(wildcards):
+    """
+    The group (shard) of a per-image job; a job whose file existed when the run was
+    planned (recomputed after a change of settings) goes to the group "shard".
+    """
+    key = (wildcards.encoder, wildcards.area, int(wildcards.index))
+    return SHARDS.get(key, SHARD_GROUP)
 
 
 def get_per_image_files(wildcards=None):

@@ -16,6 +16,8 @@ rule estimate_image:
         "logs/estimate_image/{encoder}/{area}/img{index}.log",
     benchmark:
         "benchmarks/estimate_image/{encoder}/{area}/img{index}.tsv"
+    group:
+        get_shard
     threads: 1
     resources:
         gpu=ESTIMATE_GPUS,

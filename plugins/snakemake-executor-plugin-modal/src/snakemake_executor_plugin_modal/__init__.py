@@ -1,0 +1,315 @@
+"""
+Snakemake executor plugin for Modal (https://modal.com): every job Snakemake hands it
+(a group job as one) runs in one Modal container, with its files staged through a Modal
+Volume.
+
+Use: ``snakemake --executor modal --jobs 10 --modal-gpu A100 --modal-volume myrun``.
+Credentials come from Modal's own configuration (``modal token new``, or the
+``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` environment variables); the plugin never
+passes them to jobs, logs or the volume.
+"""
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+from snakemake_interface_common.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+from snakemake_interface_executor_plugins.settings import (
+    CommonSettings,
+    ExecutorSettingsBase,
+)
+
+from .calls import MOUNT, ContainerCall, Ledger
+from .container import JOB_LOG
+from .image import container_image
+from .prices import GpuRequest, parse_gpu
+from .staging import VolumeStager, relative_to_workdir
+
+__all__ = ["Executor", "ExecutorSettings", "common_settings"]
+
+_DIRECTORY_ARG = re.compile(r"--directory (?:'[^']*'|\"[^\"]*\"|\S+)")
+#: Environment variables never passed to a job, whatever ``--envvars`` says.
+SECRET_ENVVARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
+
+
+@dataclass
+class ExecutorSettings(ExecutorSettingsBase):
+    """Settings of the Modal executor, given as ``--modal-<name>`` or in a profile.
+
+    (Annotations use ``typing`` names: Snakemake reads them at run time.)
+    """
+
+    gpu: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "--modal-gpu: the GPU type (and count, e.g. 'H100:2') for jobs "
+            "that request a 'gpu' resource without a 'gpu_model' resource, e.g. "
+            "'A100', 'A100-80GB', 'H100', 'L4'. Jobs requesting no GPU get none.",
+        },
+    )
+    volume: str = field(
+        default="snakemake",
+        metadata={
+            "help": "--modal-volume: name of the Modal Volume that holds the staged "
+            "sources, inputs and outputs (created if missing).",
+        },
+    )
+    volume_prefix: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "--modal-volume-prefix: folder of the volume that mirrors the "
+            "working directory (default: the working directory's name).",
+        },
+    )
+    timeout: int = field(
+        default=3600,
+        metadata={
+            "help": "--modal-timeout: seconds after which a container is stopped, for "
+            "jobs without a 'runtime' resource (minutes) (Modal allows up to 86400).",
+        },
+    )
+    max_cost_usd: Optional[float] = field(
+        default=None,
+        metadata={
+            "help": "--modal-max-cost-usd: stop submitting jobs once the USD spent on "
+            "GPUs plus the expected cost of the next job would exceed this.",
+        },
+    )
+    pip: Optional[List[str]] = field(
+        default=None,
+        metadata={
+            "help": "--modal-pip: pip requirements of the jobs, installed in the "
+            "container image; a name without a version is pinned to the version "
+            "installed locally (Snakemake is always included).",
+            "nargs": "+",
+        },
+    )
+    local_packages: Optional[List[str]] = field(
+        default=None,
+        metadata={
+            "help": "--modal-local-packages: importable names of local Python packages "
+            "to copy into the container image (e.g. the workflow's own package).",
+            "nargs": "+",
+        },
+    )
+    sync_seconds: int = field(
+        default=30,
+        metadata={
+            "help": "--modal-sync-seconds: while a job runs, its finished outputs are "
+            "committed to the volume every this many seconds.",
+        },
+    )
+
+
+common_settings = CommonSettings(
+    non_local_exec=True,
+    implies_no_shared_fs=True,
+    job_deploy_sources=False,
+    pass_default_storage_provider_args=True,
+    pass_default_resources_args=True,
+    pass_envvar_declarations_to_cmd=False,
+    auto_deploy_default_storage_provider=False,
+    init_seconds_before_status_checks=0,
+    can_transfer_local_files=True,
+)
+
+
+class Executor(RemoteExecutor):
+    """Runs each job in a Modal container; see the module docstring."""
+
+    def __post_init__(self):
+        import modal
+
+        self.settings: ExecutorSettings = self.workflow.executor_settings
+        if self.settings.gpu is not None:
+            try:
+                parse_gpu(self.settings.gpu)
+            except ValueError as e:
+                raise WorkflowError(f"--modal-gpu: {e}") from None
+        self.workdir = Path.cwd()
+        prefix = self.settings.volume_prefix or self.workdir.name
+        self.volume = modal.Volume.from_name(
+            self.settings.volume, create_if_missing=True
+        )
+        self.stager = VolumeStager(self.volume, prefix, self.workdir)
+        self.image = container_image(
+            self.settings.pip or [], self.settings.local_packages or []
+        )
+        self.ledger = Ledger(self.settings.max_cost_usd)
+        self._sources: list[str] | None = None
+        self._calls: dict[str, ContainerCall] = {}
+
+    # -- submission -------------------------------------------------------------
+
+    def run_job(self, job):
+        gpu = self.gpu_request(job)
+        runtime_s = _runtime_seconds(job)
+        refusal = self.ledger.refusal(gpu, runtime_s)
+        if refusal is not None:
+            self.report_job_error(SubmittedJobInfo(job), msg=refusal)
+            return
+        spec = self.job_spec(job)
+        self.stager.upload(spec["stage"])
+        call = ContainerCall(
+            name=f"snakemake-{self.get_jobname(job)}",
+            image=self.image,
+            gpu=gpu,
+            timeout_s=runtime_s or self.settings.timeout,
+            volume=self.volume,
+            spec=spec,
+        )
+        self._calls[call.call_id] = call
+        self.report_job_submission(
+            SubmittedJobInfo(job, external_jobid=call.call_id, aux={"spec": spec})
+        )
+
+    def job_spec(self, job) -> dict:
+        """The argument of the container's ``run_job`` for this job."""
+        if self._sources is None:
+            self._sources = sorted(
+                relative_to_workdir(f, self.workdir)
+                for f in self.workflow.dag.get_sources()
+                if os.path.isfile(f)
+            )
+        rel = lambda files: [relative_to_workdir(f, self.workdir) for f in files]  # noqa: E731
+        members = _members(job)
+        # a group's intermediate files are outputs too: Snakemake checks them all
+        outputs = rel(f for j in members for f in j.output)
+        results = rel(
+            [*(f for j in members for f in j.log), *_benchmarks(members)]
+        )
+        return {
+            "mount": MOUNT,
+            "volume": self.settings.volume,
+            "prefix": self.stager.prefix,
+            "stage": sorted(set(self._sources) | set(rel(job.input))),
+            "command": self.format_job_exec(job),
+            "env": self.job_env(),
+            "outputs": sorted(set(outputs) | set(results)),
+            "job_outputs": outputs,
+            "log": JOB_LOG.format(name=self.get_jobname(job)),
+            "sync_every_s": self.settings.sync_seconds,
+        }
+
+    def format_job_exec(self, job) -> str:
+        """
+        Snakemake's command for the job, without ``--directory``: the container runs it
+        in its own copy of the working directory, and the local path does not exist
+        there.
+        """
+        return _DIRECTORY_ARG.sub("", super().format_job_exec(job))
+
+    def job_env(self) -> dict[str, str]:
+        """Environment variables declared with ``--envvars``, secrets left out."""
+        return {k: v for k, v in self.envvars().items() if k not in SECRET_ENVVARS}
+
+    def gpu_request(self, job) -> GpuRequest | None:
+        """
+        The container's GPUs: the job's ``gpu`` resource (count) and ``gpu_model``
+        resource (type), else ``--modal-gpu``. For a group job, the largest request of
+        its jobs (they share the container's GPUs).
+
+        Raises
+        ------
+        WorkflowError
+            If a job requests GPUs but no type is known, or group members request
+            different types.
+        """
+        counts, models = [], set()
+        for j in _members(job):
+            res = j.resources
+            count = int(res.get("gpu", 0) or 0)
+            model = res.get("gpu_model")
+            if count or model:
+                counts.append(max(count, 1))
+                if model:
+                    models.add(str(model))
+        if not counts:
+            return None
+        if len(models) > 1:
+            raise WorkflowError(
+                f"group job {self.get_jobname(job)}: its jobs request different "
+                f"'gpu_model' resources {sorted(models)}; one container has one type"
+            )
+        if models:
+            return GpuRequest(parse_gpu(models.pop()).type, max(counts))
+        if self.settings.gpu is None:
+            raise WorkflowError(
+                f"job {self.get_jobname(job)} requests a GPU but has no 'gpu_model' "
+                "resource and no --modal-gpu is set; set --modal-gpu (e.g. A100)"
+            )
+        default = parse_gpu(self.settings.gpu)
+        return GpuRequest(default.type, max(max(counts), default.count))
+
+    # -- status -----------------------------------------------------------------
+
+    async def check_active_jobs(self, active_jobs):
+        for job_info in active_jobs:
+            async with self.status_rate_limiter:
+                call = self._calls[job_info.external_jobid]
+                outcome = call.poll()
+            if outcome is None:
+                yield job_info
+                continue
+            del self._calls[job_info.external_jobid]
+            self.ledger.add(call.gpu, call.seconds)
+            spec = job_info.aux["spec"]
+            try:
+                if outcome.ok:
+                    self.stager.download(spec["job_outputs"])
+                    extra = set(spec["outputs"]) - set(spec["job_outputs"])
+                    self.stager.download([*sorted(extra), spec["log"]], missing_ok=True)
+                else:
+                    # logs help more than anything when a job failed; outputs of a
+                    # failed job are not kept (Snakemake would delete them anyway)
+                    logs = [str(f) for f in job_info.job.log]
+                    self.stager.download([*logs, spec["log"]], missing_ok=True)
+            except Exception as e:
+                outcome.ok = False
+                outcome.message = f"could not download the job's files: {e}"
+            if outcome.ok:
+                self.report_job_success(job_info)
+            else:
+                self.report_job_error(
+                    job_info,
+                    msg=f"Modal call {job_info.external_jobid}: {outcome.message}\n",
+                )
+
+    def cancel_jobs(self, active_jobs):
+        for job_info in active_jobs:
+            call = self._calls.pop(job_info.external_jobid, None)
+            if call is not None:
+                call.cancel()
+                self.ledger.add(call.gpu, call.seconds)
+
+    def shutdown(self):
+        super().shutdown()
+        self.logger.info(self.ledger.summary())
+
+
+def _runtime_seconds(job) -> float | None:
+    """The job's ``runtime`` resource (minutes) in seconds, or None if unset."""
+    runtime = job.resources.get("runtime")
+    if runtime is None or (isinstance(runtime, float) and math.isnan(runtime)):
+        return None
+    return float(runtime) * 60
+
+
+def _members(job) -> list:
+    """The jobs of a group job, or the job itself."""
+    return list(getattr(job, "jobs", None) or [job])
+
+
+def _benchmarks(jobs) -> list[str]:
+    """Benchmark files of jobs."""
+    files = []
+    for j in jobs:
+        bench = getattr(j, "benchmark", None)
+        if bench:
+            files.append(str(bench))
+    return files

@@ -1,0 +1,541 @@
+"""A small local fake of the ``modal`` package (Modal 1.x API subset) for tests.
+
+Put the folder that holds this package first on ``sys.path``/``PYTHONPATH`` so that
+``import modal`` gives the fake. It imports nothing from the real package and needs only
+the standard library. Everything lives under ``$FAKE_MODAL_DIR`` (required)::
+
+    volumes/<name>/            committed files of volume <name>
+    containers/<call id>/      one folder per spawned call:
+        root/                  the container's cwd and $HOME
+        mounts/<n>/            the container's view of its n-th mounted volume
+        spec.json, result.json, container.log (its stdout and stderr)
+    calls.jsonl                one JSON line per ``Function.spawn`` (see ``fake_calls()``)
+    locks/, tmp/               internal
+
+Containers. ``Function.spawn`` runs ``python -m modal._container spec.json`` as a local
+subprocess in its own process group (its own session), with cwd ``containers/<id>/root``.
+The container imports the function by ``__module__`` + ``__qualname__`` (it must be a
+module-level function of an importable module) and calls it. Arguments and the return value
+must be JSON-serialisable (no cloudpickle), so tuples come back as lists.
+
+Container environment: NOT the client's. Only ``PATH`` (client's), ``HOME`` (the container
+root), ``LANG=C.UTF-8``, ``PYTHONPATH`` (the fake's folder, then the client's PYTHONPATH),
+``FAKE_MODAL_DIR``, ``FAKE_MODAL_MOUNTS`` (JSON ``{volume name: view folder}``),
+``FAKE_MODAL_CALL_ID``, ``MODAL_IS_REMOTE=1``, ``MODAL_TASK_ID``, then the image's
+``.env()`` vars, ``Secret.from_dict`` vars and ``app.function(env=...)`` vars (later wins).
+``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` and everything else of the client never get in.
+
+Mount remapping. A local process cannot mount at ``/some/mount``, so for
+``volumes={"/some/mount": vol}`` each container gets a view folder
+``containers/<id>/mounts/<n>`` (a copy of the volume's committed files at spawn time), and
+every string argument - positional, keyword, or nested in dict values/lists - that equals the
+mount path or starts with mount path + "/" is rewritten to the view folder; the same is done
+for the container's extra env var values. Strings in the return value that point into a
+view folder are mapped back to the mount path.
+
+Volume consistency. Inside the container, ``modal.Volume.from_name(name)`` of a mounted
+volume returns a handle whose ``commit()`` pushes the files created/changed/deleted in the view
+since spawn (or the last commit/reload) into the committed folder, and whose ``reload()``
+pulls other commits into the view without touching files changed locally. Unlike real Modal
+the view is NOT committed when the container exits: a function that forgets ``commit()``
+loses its outputs, which the fake makes visible on purpose. Clients see committed files only.
+
+Calls. ``FunctionCall.get`` returns the JSON value; a raised exception becomes
+``RemoteError`` (type name, message and remote traceback in the message; real Modal re-raises
+the original class when it can). A container running longer than ``timeout`` is killed
+(``FunctionTimeoutError``); ``cancel()`` and leaving ``app.run()`` kill the process group,
+and a container that dies without a result gives ``ExecutionError``. When a container's
+main process ends, whatever else is left in its process group is killed (container teardown).
+
+Fault injection (read by the client at spawn time): ``FAKE_MODAL_PREEMPT_AFTER_S=<seconds>``
+with ``FAKE_MODAL_PREEMPT_ONCE_FILE=<path>``: if the file does not exist yet, it is created
+(atomically) and this call's container is SIGKILLed after that many seconds - one preemption
+in the whole test. With ``FAKE_MODAL_PREEMPT_AFTER_S`` alone, every container is preempted.
+
+Not implemented: GPUs, image builds (steps are only recorded; ``pip_install`` and
+``add_local_python_source`` do not affect what the container can import - it uses the
+client's interpreter and PYTHONPATH), retries (recorded only), serialized functions,
+``.map``, classes, sandboxes, deployed apps.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import exception
+from ._common import atomic_write, fake_root, locked
+from .exception import (
+    ExecutionError,
+    FunctionTimeoutError,
+    InvalidError,
+    NotFoundError,
+    RemoteError,
+)
+from .volume import FileEntry, FileEntryType, Volume, _make_view
+
+__version__ = "1.6.4-fake"
+
+_FAKE_DIR = str(
+    Path(__file__).resolve().parent.parent
+)  # the folder to put on PYTHONPATH
+
+
+@contextmanager
+def enable_output(*args: Any, **kwargs: Any) -> Iterator[None]:
+    """No-op stand-in for ``modal.enable_output()``."""
+    yield
+
+
+def is_local() -> bool:
+    """False inside a fake container, True elsewhere (like ``modal.is_local``)."""
+    return os.environ.get("MODAL_IS_REMOTE") != "1"
+
+
+def fake_calls() -> list[dict]:
+    """Test helper: the records of all spawns so far, read from ``$FAKE_MODAL_DIR/calls.jsonl``."""
+    path = fake_root() / "calls.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Image:
+    """Immutable image description; each builder method returns a new Image with a step added."""
+
+    def __init__(self, steps: list[dict], python_version: str | None):
+        self.steps = steps
+        self.python_version = python_version
+
+    def _with(self, step: dict) -> "Image":
+        return Image(self.steps + [step], self.python_version)
+
+    @staticmethod
+    def debian_slim(python_version: str | None = None, **_ignored: Any) -> "Image":
+        """Base image; ``python_version`` is recorded only (the container uses the client's Python)."""
+        if python_version is not None and not (
+            isinstance(python_version, str) and python_version.startswith("3.")
+        ):
+            raise InvalidError(f"unsupported python_version {python_version!r}")
+        return Image(
+            [{"op": "debian_slim", "python_version": python_version}], python_version
+        )
+
+    def pip_install(self, *packages: str | list[str], **_ignored: Any) -> "Image":
+        flat: list[str] = []
+        for p in packages:
+            flat.extend([p] if isinstance(p, str) else list(p))
+        return self._with({"op": "pip_install", "packages": flat})
+
+    def add_local_python_source(
+        self, *modules: str, copy: bool = False, **_ignored: Any
+    ) -> "Image":
+        return self._with(
+            {"op": "add_local_python_source", "modules": list(modules), "copy": copy}
+        )
+
+    def env(self, vars: dict[str, str]) -> "Image":  # noqa: A002 - Modal's parameter name
+        for k, v in vars.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise InvalidError(
+                    f"Image.env: keys and values must be str, got {k!r}: {v!r}"
+                )
+        return self._with({"op": "env", "vars": dict(vars)})
+
+    def _env_vars(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for step in self.steps:
+            if step["op"] == "env":
+                out.update(step["vars"])
+        return out
+
+
+class Secret:
+    """Only ``Secret.from_dict``: its vars are set in the container's environment."""
+
+    def __init__(self, env_dict: dict[str, str]):
+        self._env = dict(env_dict)
+
+    @staticmethod
+    def from_dict(env_dict: dict[str, str]) -> "Secret":
+        return Secret(env_dict)
+
+
+class _AppRun:
+    """What ``App.run()`` returns: enter starts the ephemeral app, exit stops it."""
+
+    def __init__(self, app: "App"):
+        self._app = app
+
+    def __enter__(self) -> "App":
+        if self._app._running:
+            raise InvalidError(f"App {self._app.name!r} is already running")
+        self._app._running = True
+        return self._app
+
+    def __exit__(self, *exc: Any) -> None:
+        self._app._stop()
+
+
+class App:
+    """An ephemeral app: define functions with ``app.function``, run them inside ``app.run()``."""
+
+    def __init__(
+        self, name: str | None = None, *, image: Image | None = None, **_ignored: Any
+    ):
+        self.name = name
+        self._image = image
+        self._running = False
+        self._calls: list[FunctionCall] = []
+
+    def function(
+        self,
+        *,
+        image: Image | None = None,
+        gpu: str | None = None,
+        timeout: int = 300,
+        volumes: dict[str, Volume] | None = None,
+        serialized: bool = False,
+        env: dict[str, str] | None = None,
+        secrets: list[Secret] | None = None,
+        retries: Any = None,
+        cpu: float | None = None,
+        memory: int | None = None,
+    ) -> Callable[[Callable], "Function"]:
+        """Decorator turning a module-level function into a ``Function`` of this app."""
+        volumes = dict(volumes or {})
+        for mount, vol in volumes.items():
+            if not isinstance(vol, Volume):
+                raise InvalidError(f"volumes[{mount!r}] is not a modal.Volume: {vol!r}")
+            if not mount.startswith("/") or mount.rstrip("/") == "":
+                raise InvalidError(
+                    f"mount path must be absolute and not '/': {mount!r}"
+                )
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise InvalidError(f"timeout must be a positive number, got {timeout!r}")
+        opts = dict(
+            image=image or self._image or Image.debian_slim(),
+            gpu=gpu,
+            timeout=timeout,
+            volumes={m.rstrip("/"): v for m, v in volumes.items()},
+            serialized=serialized,
+            env=dict(env or {}),
+            secrets=list(secrets or []),
+            retries=retries,
+            cpu=cpu,
+            memory=memory,
+        )
+
+        def decorator(f: Callable) -> Function:
+            raw = getattr(f, "_fake_raw_f", f)
+            if "<locals>" in raw.__qualname__ or raw.__module__ == "__main__":
+                raise InvalidError(
+                    f"fake modal can only run module-level functions of importable modules, "
+                    f"not {raw.__module__}.{raw.__qualname__}"
+                )
+            return Function(self, raw, opts)
+
+        return decorator
+
+    def run(self, **_ignored: Any) -> _AppRun:
+        """Context manager running the app; leaving it kills calls still running."""
+        return _AppRun(self)
+
+    def _stop(self) -> None:
+        self._running = False
+        for call in self._calls:
+            call._kill("app_stopped")
+        for call in self._calls:
+            call._done.wait(10)
+
+
+class Function:
+    """A function of an ``App``; ``spawn`` runs it in a fake container."""
+
+    def __init__(self, app: App, raw_f: Callable, opts: dict):
+        self.app = app
+        self._fake_raw_f = raw_f
+        self._opts = opts
+        self.__module__ = raw_f.__module__
+        self.__qualname__ = raw_f.__qualname__
+        self.__name__ = raw_f.__name__
+
+    def __repr__(self) -> str:
+        return f"<fake modal.Function {self.__module__}.{self.__qualname__}>"
+
+    def get_raw_f(self) -> Callable:
+        return self._fake_raw_f
+
+    def local(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fake_raw_f(*args, **kwargs)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.spawn(*args, **kwargs).get()
+
+    def spawn(self, *args: Any, **kwargs: Any) -> "FunctionCall":
+        """Start a container running the function with these (JSON-serialisable) arguments."""
+        if not self.app._running:
+            raise InvalidError(
+                f"cannot spawn {self.__qualname__}: app {self.app.name!r} is not running (use `with app.run():`)"
+            )
+        try:
+            json.dumps([args, kwargs])
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"fake modal: arguments must be JSON-serialisable: {e}"
+            ) from None
+        opts = self._opts
+        root = fake_root()
+        call_id = "fc-" + uuid.uuid4().hex
+        cdir = root / "containers" / call_id
+        (cdir / "root").mkdir(parents=True)
+        (cdir / "mounts").mkdir()
+
+        mapping: list[tuple[str, str]] = []  # (mount path, view folder)
+        mounts: dict[str, str] = {}  # volume name -> view folder
+        for n, (mount, vol) in enumerate(opts["volumes"].items()):
+            view = cdir / "mounts" / str(n)
+            _make_view(vol, view)
+            mapping.append((mount, str(view)))
+            mounts[vol.name] = str(view)
+        mapping.sort(key=lambda mv: len(mv[0]), reverse=True)
+        args_r = _remap(list(args), mapping)
+        kwargs_r = _remap(kwargs, mapping)
+
+        extra_env: dict[str, str] = dict(opts["image"]._env_vars())
+        for secret in opts["secrets"]:
+            extra_env.update(secret._env)
+        extra_env.update(opts["env"])
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(cdir / "root"),
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [_FAKE_DIR, os.environ.get("PYTHONPATH")])
+            ),
+            "FAKE_MODAL_DIR": str(root),
+            "FAKE_MODAL_MOUNTS": json.dumps(mounts),
+            "FAKE_MODAL_CALL_ID": call_id,
+            "MODAL_IS_REMOTE": "1",
+            "MODAL_TASK_ID": "ta-fake-" + call_id[3:15],
+        }
+        env.update({k: _remap(str(v), mapping) for k, v in extra_env.items()})
+
+        spec = {
+            "module": self.__module__,
+            "qualname": self.__qualname__,
+            "args": args_r,
+            "kwargs": kwargs_r,
+            "result": str(cdir / "result.json"),
+        }
+        atomic_write(json.dumps(spec).encode(), cdir / "spec.json")
+        record = {
+            "call_id": call_id,
+            "app": self.app.name,
+            "function": self.__qualname__,
+            "module": self.__module__,
+            "gpu": opts["gpu"],
+            "timeout": opts["timeout"],
+            "cpu": opts["cpu"],
+            "memory": opts["memory"],
+            "retries": opts["retries"]
+            if isinstance(opts["retries"], (int, type(None)))
+            else repr(opts["retries"]),
+            "image_steps": opts["image"].steps,
+            "python_version": opts["image"].python_version,
+            "volumes": {m: v.name for m, v in opts["volumes"].items()},
+            "env_keys": sorted(extra_env),
+            "args": args_r,
+            "kwargs": kwargs_r,
+        }
+        with locked("calls"), open(root / "calls.jsonl", "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+        log = open(cdir / "container.log", "wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "modal._container", str(cdir / "spec.json")],
+            cwd=cdir / "root",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        call = FunctionCall(
+            call_id, proc, log, cdir, mapping, opts["timeout"], _preempt_after()
+        )
+        self.app._calls.append(call)
+        return call
+
+
+def _remap(obj: Any, mapping: list[tuple[str, str]]) -> Any:
+    """Rewrite strings under a (from, to) prefix; recurse into lists/tuples and dict values."""
+    if isinstance(obj, str):
+        for src, dst in mapping:
+            if obj == src or obj.startswith(src + "/"):
+                return dst + obj[len(src) :]
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [_remap(x, mapping) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _remap(v, mapping) for k, v in obj.items()}
+    return obj
+
+
+def _preempt_after() -> float | None:
+    """Seconds after which to preempt the container being spawned (fault injection), or None."""
+    after = os.environ.get("FAKE_MODAL_PREEMPT_AFTER_S")
+    if not after:
+        return None
+    once = os.environ.get("FAKE_MODAL_PREEMPT_ONCE_FILE")
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return None
+    return float(after)
+
+
+_ALL_CALLS: dict[str, "FunctionCall"] = {}
+
+
+class FunctionCall:
+    """Handle of a spawned call; ``get`` waits for its result."""
+
+    def __init__(self, call_id, proc, log, cdir, mapping, timeout, preempt_after):
+        self._id = call_id
+        self._proc: subprocess.Popen = proc
+        self._log = log
+        self._cdir: Path = cdir
+        self._unmap = [(view, mount) for mount, view in mapping]
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._exited = False  # main process has exited (not yet reaped, maybe)
+        self._reason: str | None = None  # why the fake killed it
+        self._done = threading.Event()
+        self._timers = [threading.Timer(timeout, self._kill, ("timeout",))]
+        if preempt_after is not None:
+            self._timers.append(
+                threading.Timer(preempt_after, self._kill, ("preempted",))
+            )
+        for t in self._timers:
+            t.daemon = True
+            t.start()
+        threading.Thread(
+            target=self._watch, daemon=True, name=f"fake-modal-{call_id}"
+        ).start()
+        _ALL_CALLS[call_id] = self
+
+    @property
+    def object_id(self) -> str:
+        return self._id
+
+    @staticmethod
+    def from_id(function_call_id: str, **_ignored: Any) -> "FunctionCall":
+        """Look up a call spawned by this process."""
+        try:
+            return _ALL_CALLS[function_call_id]
+        except KeyError:
+            raise NotFoundError(
+                f"function call {function_call_id} not found (fake: only calls of this process)"
+            )
+
+    def _watch(self) -> None:
+        pid = self._proc.pid
+        os.waitid(
+            os.P_PID, pid, os.WEXITED | os.WNOWAIT
+        )  # exited, but not reaped: pgid still ours
+        with self._lock:
+            self._exited = True
+        try:
+            os.killpg(
+                pid, signal.SIGKILL
+            )  # container teardown: leftover processes of the group
+        except OSError:
+            pass
+        self._proc.wait()
+        for t in self._timers:
+            t.cancel()
+        self._log.close()
+        self._done.set()
+
+    def _kill(self, reason: str) -> None:
+        with self._lock:
+            if self._exited or self._reason is not None:
+                return
+            self._reason = reason
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def cancel(self, terminate_containers: bool = False) -> None:
+        """Kill the container; a later ``get`` raises ``ExecutionError`` (cancelled)."""
+        self._kill("cancelled")
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Wait up to ``timeout`` seconds (None: forever) and return the result or raise."""
+        if not self._done.wait(timeout):
+            raise exception.TimeoutError(
+                f"function call {self._id} still running after {timeout}s"
+            )
+        result_path = self._cdir / "result.json"
+        result = json.loads(result_path.read_text()) if result_path.exists() else None
+        if result is not None and (self._proc.returncode == 0 or self._reason is None):
+            if result["ok"]:
+                return _remap(result["value"], self._unmap)
+            raise RemoteError(
+                f"{result['type']}: {result['message']}\n\nRemote traceback:\n{result['traceback']}"
+            )
+        where = f"container for {self._id} (log: {self._cdir / 'container.log'})"
+        if self._reason == "timeout":
+            raise FunctionTimeoutError(
+                f"{where} timed out after {self._timeout}s and was killed"
+            )
+        if self._reason == "cancelled":
+            raise ExecutionError(
+                f"function call {self._id} was cancelled; {where} was killed"
+            )
+        if self._reason == "preempted":
+            raise ExecutionError(
+                f"{where} was preempted (fake fault injection) and exited without a result"
+            )
+        if self._reason == "app_stopped":
+            raise ExecutionError(
+                f"{where} was killed because the ephemeral app stopped; no result"
+            )
+        raise ExecutionError(
+            f"{where} exited without a result (preempted or killed); exit status {self._proc.returncode}"
+        )
+
+
+@atexit.register
+def _kill_all_at_exit() -> None:
+    """Stop containers still running when the client exits (ephemeral apps die with it)."""
+    for call in list(_ALL_CALLS.values()):
+        call._kill("app_stopped")
+
+
+__all__ = [
+    "App",
+    "FileEntry",
+    "FileEntryType",
+    "Function",
+    "FunctionCall",
+    "Image",
+    "Secret",
+    "Volume",
+    "enable_output",
+    "exception",
+    "fake_calls",
+    "is_local",
+]

@@ -1,0 +1,58 @@
+"""Entry point of a fake container: ``python -m modal._container <spec.json>``.
+
+Imports ``spec["module"]``, resolves ``spec["qualname"]`` (a fake ``Function`` object found
+there is unwrapped to its raw function), calls it with the JSON args and writes
+``{"ok": true, "value": ...}`` or ``{"ok": false, "type", "message", "traceback"}``
+atomically to ``spec["result"]``. It always exits 0 once the result file is written.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+
+
+def main(spec_path: str) -> int:
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
+    with open(spec_path) as fh:
+        spec = json.load(fh)
+    print(
+        f"[fake modal] container {os.environ.get('FAKE_MODAL_CALL_ID')}: "
+        f"{spec['module']}.{spec['qualname']}",
+        flush=True,
+    )
+    try:
+        obj = importlib.import_module(spec["module"])
+        for part in spec["qualname"].split("."):
+            obj = getattr(obj, part)
+        func = getattr(obj, "_fake_raw_f", obj)
+        value = func(*spec["args"], **spec["kwargs"])
+        try:
+            text = json.dumps({"ok": True, "value": value})
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"fake modal: return value is not JSON-serialisable: {e}"
+            ) from None
+    except BaseException as e:  # noqa: BLE001 - SystemExit etc. are reported too
+        traceback.print_exc()
+        text = json.dumps(
+            {
+                "ok": False,
+                "type": type(e).__name__,
+                "message": str(e),
+                "traceback": traceback.format_exc(),
+            }
+        )
+    tmp = spec["result"] + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, spec["result"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

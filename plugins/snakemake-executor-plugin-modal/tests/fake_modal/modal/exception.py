@@ -1,0 +1,41 @@
+"""Exceptions of the fake ``modal`` package (same names and hierarchy as Modal 1.x).
+
+Note that ``TimeoutError`` here is *not* the builtin: as in real Modal it derives
+from ``modal.exception.Error`` only.
+"""
+
+
+class Error(Exception):
+    """Base class of all fake Modal errors."""
+
+
+class InvalidError(Error):
+    """Invalid use of the API (e.g. spawning a function of an app that is not running)."""
+
+
+class NotFoundError(Error):
+    """A named object (volume, path in a volume, function call) does not exist."""
+
+
+class RemoteError(Error):
+    """The remote function raised; the message holds type, message and remote traceback."""
+
+
+class TimeoutError(Error):  # noqa: A001 - shadows the builtin on purpose, like real Modal
+    """An operation did not finish within the given timeout (e.g. ``FunctionCall.get``)."""
+
+
+class FunctionTimeoutError(TimeoutError):
+    """The remote function ran longer than its ``timeout`` and its container was killed."""
+
+
+class ExecutionError(Error):
+    """The call failed for a reason other than the function raising (killed, preempted, cancelled)."""
+
+
+class _PathNotFoundError(NotFoundError, FileNotFoundError):
+    """Missing file in a volume: both ``NotFoundError`` and the builtin ``FileNotFoundError``.
+
+    Real Modal 1.x raises ``FileNotFoundError`` from ``read_file``/``remove_file`` and
+    ``NotFoundError`` from the server in other places; catching either works with the fake.
+    """

@@ -1,0 +1,321 @@
+"""Fake ``modal.Volume``: a folder ``$FAKE_MODAL_DIR/volumes/<name>/`` of committed files.
+
+Clients (the test process) only ever see committed files. A container sees its own view,
+a copy made at spawn time (see ``modal`` module docstring); ``commit()`` inside the
+container pushes the view's changes into the committed folder, ``reload()`` pulls other
+commits into the view. Both are no-ops in the client, as with real Modal.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Iterator
+
+from ._common import atomic_copy, atomic_write, fake_root, locked, scan
+from .exception import InvalidError, NotFoundError, _PathNotFoundError
+
+_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,64}$")
+_CHUNK = 1 << 20
+
+
+class FileEntryType(enum.IntEnum):
+    """Type of a file entry listed from a volume (same values as real Modal)."""
+
+    UNSPECIFIED = 0
+    FILE = 1
+    DIRECTORY = 2
+    SYMLINK = 3
+    FIFO = 4
+    SOCKET = 5
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A listed volume entry; ``path`` is relative to the volume root, without leading "/"."""
+
+    path: str
+    type: FileEntryType
+    mtime: int
+    size: int
+
+
+def _rel(path: str | PurePosixPath) -> str:
+    """Volume-relative posix path: "/a/b", "a/b/" and "a/./b" all give "a/b"; root gives ""."""
+    parts = [p for p in PurePosixPath(str(path)).parts if p not in ("/", ".")]
+    if ".." in parts:
+        raise InvalidError(f"fake modal: '..' is not allowed in volume paths: {path!r}")
+    return "/".join(parts)
+
+
+def _volume_dir(name: str) -> Path:
+    return fake_root() / "volumes" / name
+
+
+def _mounted_views() -> dict[str, str]:
+    """Inside a container: ``{volume name: view folder}`` of its mounted volumes."""
+    return json.loads(os.environ.get("FAKE_MODAL_MOUNTS") or "{}")
+
+
+class Volume:
+    """A named volume. Obtain one with ``Volume.from_name``; do not construct directly."""
+
+    def __init__(self, name: str, _view: str | None = None):
+        self.name = name
+        self.object_id = f"vo-fake-{name}"
+        self._view = Path(_view) if _view else None
+
+    def __repr__(self) -> str:
+        return f"<fake modal.Volume {self.name!r}{' (mounted view)' if self._view else ''}>"
+
+    @staticmethod
+    def from_name(
+        name: str,
+        *,
+        environment_name: str | None = None,
+        create_if_missing: bool = False,
+        **_ignored,
+    ) -> "Volume":
+        """Reference volume ``name``; NotFoundError if missing and not ``create_if_missing``.
+
+        (Real Modal resolves lazily and raises on first use; the fake checks right away.)
+        """
+        if not _NAME_RE.match(name):
+            raise InvalidError(f"fake modal: invalid volume name {name!r}")
+        folder = _volume_dir(name)
+        if not folder.is_dir():
+            if not create_if_missing:
+                raise NotFoundError(f"Volume '{name}' not found")
+            folder.mkdir(parents=True, exist_ok=True)
+        return Volume(name, _mounted_views().get(name))
+
+    # -- committed-store helpers -------------------------------------------------------
+    @property
+    def _committed(self) -> Path:
+        folder = _volume_dir(self.name)
+        if not folder.is_dir():
+            raise NotFoundError(f"Volume '{self.name}' not found")
+        return folder
+
+    def _entry(self, p: Path) -> FileEntry:
+        st = p.lstat()
+        if p.is_symlink():
+            kind = FileEntryType.SYMLINK
+        elif p.is_dir():
+            kind = FileEntryType.DIRECTORY
+        elif p.is_file():
+            kind = FileEntryType.FILE
+        else:
+            kind = FileEntryType.UNSPECIFIED
+        rel = p.relative_to(self._committed).as_posix()
+        return FileEntry(
+            path=rel,
+            type=kind,
+            mtime=int(st.st_mtime),
+            size=st.st_size if kind == FileEntryType.FILE else 0,
+        )
+
+    # -- public API ------------------------------------------------------------------
+    def listdir(self, path: str, *, recursive: bool = False) -> list[FileEntry]:
+        """Entries under ``path`` ("/" or "" is the root); a file path lists just that file."""
+        if path.endswith("*"):
+            raise InvalidError("Glob patterns in `Volume.listdir()` are not supported")
+        target = self._committed / _rel(path)
+        if not target.exists():
+            raise NotFoundError(
+                f"No such file or directory: {path!r} in volume '{self.name}'"
+            )
+        if not target.is_dir():
+            return [self._entry(target)]
+        children = target.rglob("*") if recursive else target.iterdir()
+        return [self._entry(p) for p in sorted(children)]
+
+    def read_file(self, path: str) -> Iterator[bytes]:
+        """Yield the committed file's bytes in chunks; missing file: NotFoundError/FileNotFoundError
+        (raised on first iteration, like real Modal's generator)."""
+        target = self._committed / _rel(path)
+        if not target.is_file():
+            raise _PathNotFoundError(f"No such file: {path!r} in volume '{self.name}'")
+        with open(target, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                yield chunk
+
+    def remove_file(self, path: str, recursive: bool = False) -> None:
+        """Remove a committed file, or a directory when ``recursive``."""
+        rel = _rel(path)
+        if not rel:
+            raise InvalidError("fake modal: refusing to remove the volume root")
+        target = self._committed / rel
+        with locked(f"volume-{self.name}"):
+            if not (target.exists() or target.is_symlink()):
+                raise _PathNotFoundError(
+                    f"No such file or directory: {path!r} in volume '{self.name}'"
+                )
+            if target.is_dir() and not target.is_symlink():
+                if not recursive:
+                    raise InvalidError(f"{path!r} is a directory; pass recursive=True")
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+
+    @contextmanager
+    def batch_upload(self, force: bool = False) -> Iterator["_BatchUpload"]:
+        """Collect ``put_file``/``put_directory`` calls and write them when the block exits.
+
+        Each file is written atomically (temp file + rename). With ``force=False`` an already
+        existing remote file makes the whole batch fail with ``FileExistsError`` before any write.
+        """
+        batch = _BatchUpload()
+        yield batch  # an exception in the block propagates and nothing is uploaded
+        batch._flush(self, force)
+
+    def commit(self) -> None:
+        """In a container with this volume mounted: push the view's changes. Client: no-op.
+
+        Changes are relative to the view's baseline (its state at spawn, last commit or
+        reload), so files other containers committed meanwhile are never deleted.
+        """
+        if self._view is None:
+            return
+        committed = self._committed
+        with locked(f"volume-{self.name}"):
+            baseline = _load_baseline(self._view)
+            current = scan(self._view)
+            for rel, stat in current.items():
+                if baseline.get(rel) != stat:  # new or changed
+                    atomic_copy(self._view / rel, committed / rel)
+            for rel in baseline:
+                if rel not in current:  # deleted in the view
+                    (committed / rel).unlink(missing_ok=True)
+            for dirpath, _dirs, _files in os.walk(self._view):  # empty folders, too
+                rel_dir = Path(dirpath).relative_to(self._view)
+                (committed / rel_dir).mkdir(parents=True, exist_ok=True)
+            _save_baseline(self._view, current)
+
+    def reload(self) -> None:
+        """In a container: bring other commits into the view, keeping files changed locally
+        and not yet committed. Client: no-op."""
+        if self._view is None:
+            return
+        committed = self._committed
+        with locked(f"volume-{self.name}"):
+            baseline = _load_baseline(self._view)
+            current = scan(self._view)
+            remote = scan(committed)
+            for rel, stat in remote.items():
+                unchanged_here = current.get(rel) == baseline.get(rel)
+                if unchanged_here and stat != baseline.get(rel):
+                    atomic_copy(committed / rel, self._view / rel)
+                    st = (self._view / rel).stat()
+                    baseline[rel] = [st.st_size, st.st_mtime_ns]
+            for rel in list(baseline):
+                if rel not in remote and current.get(rel) == baseline[rel]:
+                    (self._view / rel).unlink(missing_ok=True)
+                    del baseline[rel]
+            _save_baseline(self._view, baseline)
+
+
+class _BatchUpload:
+    """Object yielded by ``Volume.batch_upload``."""
+
+    def __init__(self):
+        self._files: list[
+            tuple[object, str, int | None]
+        ] = []  # (source, remote rel, mode)
+        self._dirs: list[
+            tuple[Path, str, bool]
+        ] = []  # (local folder, remote rel, recursive)
+
+    def put_file(
+        self,
+        local_file: Path | str | BinaryIO,
+        remote_path: PurePosixPath | str,
+        mode: int | None = None,
+    ):
+        """Queue one file (a path or a readable binary file object, read when the batch exits)."""
+        if str(remote_path).endswith("/"):
+            raise ValueError(
+                f"remote_path ({remote_path}) must refer to a file - cannot end with /"
+            )
+        self._files.append((local_file, _rel(remote_path), mode))
+
+    def put_directory(
+        self,
+        local_path: Path | str,
+        remote_path: PurePosixPath | str,
+        recursive: bool = True,
+    ):
+        """Queue every file of a local folder (listed when the batch exits)."""
+        self._dirs.append((Path(local_path), _rel(remote_path), recursive))
+
+    def _expand(self) -> list[tuple[object, str, int | None]]:
+        files = list(self._files)
+        for src, rel, recursive in self._dirs:
+            if not src.is_dir():
+                raise NotADirectoryError(f"put_directory: {src} is not a directory")
+            for p in sorted(src.rglob("*") if recursive else src.glob("*")):
+                if p.is_file():
+                    files.append(
+                        (
+                            p,
+                            "/".join(
+                                filter(None, [rel, p.relative_to(src).as_posix()])
+                            ),
+                            None,
+                        )
+                    )
+        return files
+
+    def _flush(self, volume: Volume, force: bool) -> None:
+        committed = volume._committed
+        files = self._expand()
+        with locked(f"volume-{volume.name}"):
+            for _src, rel, _mode in files:
+                dst = committed / rel
+                if not rel or dst.is_dir():
+                    raise IsADirectoryError(
+                        f"cannot overwrite directory {rel!r} in volume '{volume.name}'"
+                    )
+                if dst.exists() and not force:
+                    raise FileExistsError(
+                        f"{rel}: already exists in volume '{volume.name}' (use force=True)"
+                    )
+            for src, rel, mode in files:
+                if isinstance(src, (str, Path)):
+                    atomic_copy(Path(src), committed / rel, mode)
+                else:
+                    data = src.read()
+                    atomic_write(
+                        data.encode() if isinstance(data, str) else bytes(data),
+                        committed / rel,
+                        mode,
+                    )
+
+
+# -- container views ----------------------------------------------------------------------
+def _baseline_file(view: Path) -> Path:
+    return view.with_name(view.name + ".baseline.json")
+
+
+def _load_baseline(view: Path) -> dict[str, list[int]]:
+    return json.loads(_baseline_file(view).read_text())
+
+
+def _save_baseline(view: Path, baseline: dict[str, list[int]]) -> None:
+    atomic_write(json.dumps(baseline).encode(), _baseline_file(view))
+
+
+def _make_view(volume: Volume, view: Path) -> None:
+    """Client side, at spawn: copy the committed files into a fresh container view."""
+    with locked(f"volume-{volume.name}"):
+        shutil.copytree(volume._committed, view, symlinks=True)
+    _save_baseline(view, scan(view))
+
+
+__all__ = ["FileEntry", "FileEntryType", "Volume"]
