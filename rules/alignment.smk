@@ -3,6 +3,7 @@
 
 
 rule align_configs:
+    localrule: True
     input:
         get_per_image_files,
     output:

@@ -7,6 +7,7 @@ from multigeom_workflow.test_images import DEMO_TEST_PHOTOS
 
 
 rule export_demo_photos:
+    localrule: True
     output:
         [f"{RUNS}/demo/test_images/img{i:04d}.png" for i in range(len(DEMO_TEST_PHOTOS))],
     log:
@@ -16,6 +17,7 @@ rule export_demo_photos:
 
 
 rule cut_training_crops:
+    localrule: True
     output:
         f"{RUNS}/demo/train_crops.pt",
     params:
@@ -28,6 +30,7 @@ rule cut_training_crops:
 
 
 rule simulate_area:
+    localrule: True
     input:
         crops=rules.cut_training_crops.output[0],
     output:
@@ -44,6 +47,7 @@ rule simulate_area:
 
 
 rule fit_demo_encoder:
+    localrule: True
     input:
         crops=rules.cut_training_crops.output[0],
         area=rules.simulate_area.output[0],
@@ -64,6 +68,7 @@ rule fit_demo_encoder:
 
 
 rule train_demo_diffusion:
+    localrule: True
     input:
         crops=rules.cut_training_crops.output[0],
         encoder=rules.fit_demo_encoder.output[0],

@@ -9,6 +9,7 @@ TEST_IMAGES = config["test_images"]
 if HUB["source"] == "hub":
 
     rule fetch_encoder:
+        localrule: True
         output:
             f"{RUNS}/encoders/{{encoder}}/{{area}}/best_model.pt",
         wildcard_constraints:
@@ -25,6 +26,7 @@ if HUB["source"] == "hub":
             "../scripts/fetch_checkpoint.py"
 
     rule fetch_diffusion:
+        localrule: True
         output:
             f"{RUNS}/diffusion/{{encoder}}/{{area}}/final_model.pt",
         wildcard_constraints:
@@ -44,6 +46,7 @@ if HUB["source"] == "hub":
 if SCENARIO.test_source == "tinyimagenet" and TEST_IMAGES["download"]:
 
     rule download_tinyimagenet:
+        localrule: True
         output:
             f"{TEST_IMAGES['path']}/tiny-imagenet-200.zip",
         params:
@@ -56,6 +59,7 @@ if SCENARIO.test_source == "tinyimagenet" and TEST_IMAGES["download"]:
             "../scripts/download_tinyimagenet.py"
 
     rule extract_test_image:
+        localrule: True
         input:
             archive=rules.download_tinyimagenet.output[0],
         output:

@@ -2,6 +2,7 @@
 
 
 rule plot_fig4de:
+    localrule: True
     input:
         metrics=rules.align_configs.output[0],
     output:

@@ -5,7 +5,7 @@ from multigeom_workflow.cost import budget_problem
 from multigeom_workflow.plan import estimate_lines, progress, run_estimates
 
 
-def _estimates(done):
+def _estimates(done, modal_gpu=None):
     """The local and the Modal estimate of the work left, with this run's settings."""
     settings = workflow.resource_settings
     resources = {
@@ -13,7 +13,9 @@ def _estimates(done):
         for name, value in dict(settings.resources).items()
         if not name.startswith("_")
     }
-    return run_estimates(SCENARIO, done, settings.cores, settings.nodes, resources)
+    return run_estimates(
+        SCENARIO, done, settings.cores, settings.nodes, resources, modal_gpu
+    )
 
 
 if workflow.output_settings.dryrun:
@@ -22,9 +24,11 @@ if workflow.output_settings.dryrun:
 
 
 onstart:
+    # The executor's --modal-gpu (the profile's) prices the run when it is set.
     plugin = workflow.executor_plugin
     if plugin is not None and getattr(plugin, "name", None) == "modal":
-        modal = _estimates(progress(SCENARIO))[1]
+        gpu = getattr(workflow.executor_settings, "gpu", None)
+        modal = _estimates(progress(SCENARIO), gpu)[1]
         problem = budget_problem(modal, SCENARIO.modal["max_cost_usd"])
         if problem:
             sys.exit(problem)

@@ -94,11 +94,13 @@ def run_estimates(
     cores: int | None,
     nodes: int | None,
     resources: dict,
+    modal_gpu: str | None = None,
 ) -> tuple[CostEstimate, CostEstimate, str]:
     """
     The estimates of the work left (`done` from `progress`), run locally and run on
-    Modal (GPU type ``modal.gpu`` of the config, ``--jobs`` containers or Modal
-    Starter's 10), and why the local run has its number of workers.
+    Modal (GPU type `modal_gpu`, e.g. the executor's ``--modal-gpu``, else ``modal.gpu``
+    of the config; ``--jobs`` containers or Modal Starter's 10), and why the local run
+    has its number of workers.
 
     Start-ups: with warm workers, one per (worker, configuration with work left), at
     most one per image; with cold jobs, one per per-image job.
@@ -120,7 +122,7 @@ def run_estimates(
         seconds_source=source,
         startup_source=startup_source,
     )
-    modal = modal_estimate(scenario, done, timings, nodes)
+    modal = modal_estimate(scenario, done, timings, nodes, modal_gpu)
     return local, modal, why
 
 
@@ -148,15 +150,16 @@ def modal_estimate(
     done: dict[tuple[str, str], tuple[int, int]],
     timings,
     nodes: int | None,
+    gpu: str | None = None,
 ) -> CostEstimate:
     """
-    The estimate of the work left (`done` from `progress`) on Modal GPUs, seconds per
-    image measured from `timings` (`read_timings`) on the same GPU type when there are
-    some.
+    The estimate of the work left (`done` from `progress`) on Modal GPUs of type `gpu`
+    (default: the config's ``modal.gpu``), seconds per image measured from `timings`
+    (`read_timings`) on the same GPU type when there are some.
     """
     modal = scenario.modal
     prices = {**MODAL_PRICES_USD_PER_S, **modal["prices_usd_per_s"]}
-    gpu = modal["gpu"]
+    gpu = gpu or modal["gpu"]
     left = sum(total - n for n, total in done.values())
     spi, source = (
         _seconds_per_image(scenario, timings, "modal", gpu)

@@ -4,11 +4,12 @@ remote executor (Modal) runs one shard per submission and loads the models once 
 shard instead of once per image.
 
 The rules are those of the old notebook helper's ``make_shards``
-(``multigeom.pipeline.distribute``): at most ``num_shards`` shards, every (configuration,
-image) left in exactly one, sizes differing by at most one image, images already done
-left out. A shard is a run of consecutive images in the order (configuration, image
-index), so it holds one configuration, or two or more where that keeps the sizes
-balanced. Local runs ignore groups (Snakemake runs group members as separate jobs).
+(``multigeom.pipeline.distribute``): at most ``num_shards`` shards, every
+(configuration, image) left in exactly one, sizes differing by at most one image,
+images already done left out. A shard is a run of consecutive images in the order
+(configuration, image index), so it holds one configuration, or two or more where that
+keeps the sizes balanced. Local runs ignore groups (Snakemake runs group members as
+separate jobs).
 """
 
 from __future__ import annotations

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
 import snakemake.common.tests
-
 from snakemake_executor_plugin_modal import ExecutorSettings
 
 
@@ -41,5 +37,5 @@ class TestWorkflows(snakemake.common.tests.TestWorkflowsBase):
         calls = self.modal.fake_calls()
         # rules a and b of each sample form one group job: 3 groups + rule c
         assert len(calls) == 4, [c["function"] for c in calls]
-        out = (tmp_path / "groups" / "test3.out")
+        out = tmp_path / "groups" / "test3.out"
         assert out.exists()

@@ -37,6 +37,11 @@ _DIRECTORY_ARG = re.compile(r"--directory (?:'[^']*'|\"[^\"]*\"|\S+)")
 SECRET_ENVVARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
 
 
+def _words(value) -> list[str]:
+    """A list setting from the command line (a list) or a profile (a list or words)."""
+    return value.split() if isinstance(value, str) else [str(v) for v in value]
+
+
 @dataclass
 class ExecutorSettings(ExecutorSettingsBase):
     """Settings of the Modal executor, given as ``--modal-<name>`` or in a profile.
@@ -87,6 +92,8 @@ class ExecutorSettings(ExecutorSettingsBase):
             "container image; a name without a version is pinned to the version "
             "installed locally (Snakemake is always included).",
             "nargs": "+",
+            "parse_func": _words,
+            "unparse_func": _words,
         },
     )
     local_packages: Optional[List[str]] = field(
@@ -95,6 +102,8 @@ class ExecutorSettings(ExecutorSettingsBase):
             "help": "--modal-local-packages: importable names of local Python packages "
             "to copy into the container image (e.g. the workflow's own package).",
             "nargs": "+",
+            "parse_func": _words,
+            "unparse_func": _words,
         },
     )
     sync_seconds: int = field(
@@ -180,9 +189,7 @@ class Executor(RemoteExecutor):
         members = _members(job)
         # a group's intermediate files are outputs too: Snakemake checks them all
         outputs = rel(f for j in members for f in j.output)
-        results = rel(
-            [*(f for j in members for f in j.log), *_benchmarks(members)]
-        )
+        results = rel([*(f for j in members for f in j.log), *_benchmarks(members)])
         return {
             "mount": MOUNT,
             "volume": self.settings.volume,

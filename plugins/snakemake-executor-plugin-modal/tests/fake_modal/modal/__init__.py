@@ -1,56 +1,63 @@
 """A small local fake of the ``modal`` package (Modal 1.x API subset) for tests.
 
 Put the folder that holds this package first on ``sys.path``/``PYTHONPATH`` so that
-``import modal`` gives the fake. It imports nothing from the real package and needs only
-the standard library. Everything lives under ``$FAKE_MODAL_DIR`` (required)::
+``import modal`` gives the fake. It imports nothing from the real package and needs
+only the standard library. Everything lives under ``$FAKE_MODAL_DIR`` (required)::
 
     volumes/<name>/            committed files of volume <name>
     containers/<call id>/      one folder per spawned call:
         root/                  the container's cwd and $HOME
         mounts/<n>/            the container's view of its n-th mounted volume
         spec.json, result.json, container.log (its stdout and stderr)
-    calls.jsonl                one JSON line per ``Function.spawn`` (see ``fake_calls()``)
+    calls.jsonl                one JSON line per ``Function.spawn``
+                               (see ``fake_calls()``)
     locks/, tmp/               internal
 
-Containers. ``Function.spawn`` runs ``python -m modal._container spec.json`` as a local
-subprocess in its own process group (its own session), with cwd ``containers/<id>/root``.
-The container imports the function by ``__module__`` + ``__qualname__`` (it must be a
-module-level function of an importable module) and calls it. Arguments and the return value
-must be JSON-serialisable (no cloudpickle), so tuples come back as lists.
+Containers. ``Function.spawn`` runs ``python -m modal._container spec.json`` as a
+local subprocess in its own process group (its own session), with cwd
+``containers/<id>/root``. The container imports the function by ``__module__`` +
+``__qualname__`` (it must be a module-level function of an importable module) and
+calls it. Arguments and the return value must be JSON-serialisable (no cloudpickle),
+so tuples come back as lists.
 
-Container environment: NOT the client's. Only ``PATH`` (client's), ``HOME`` (the container
-root), ``LANG=C.UTF-8``, ``PYTHONPATH`` (the fake's folder, then the client's PYTHONPATH),
-``FAKE_MODAL_DIR``, ``FAKE_MODAL_MOUNTS`` (JSON ``{volume name: view folder}``),
-``FAKE_MODAL_CALL_ID``, ``MODAL_IS_REMOTE=1``, ``MODAL_TASK_ID``, then the image's
-``.env()`` vars, ``Secret.from_dict`` vars and ``app.function(env=...)`` vars (later wins).
-``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` and everything else of the client never get in.
+Container environment: NOT the client's. Only ``PATH`` (client's), ``HOME`` (the
+container root), ``LANG=C.UTF-8``, ``PYTHONPATH`` (the fake's folder, then the
+client's PYTHONPATH), ``FAKE_MODAL_DIR``, ``FAKE_MODAL_MOUNTS`` (JSON ``{volume name:
+view folder}``), ``FAKE_MODAL_CALL_ID``, ``MODAL_IS_REMOTE=1``, ``MODAL_TASK_ID``,
+then the image's ``.env()`` vars, ``Secret.from_dict`` vars and
+``app.function(env=...)`` vars (later wins). ``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET``
+and everything else of the client never get in.
 
 Mount remapping. A local process cannot mount at ``/some/mount``, so for
 ``volumes={"/some/mount": vol}`` each container gets a view folder
-``containers/<id>/mounts/<n>`` (a copy of the volume's committed files at spawn time), and
-every string argument - positional, keyword, or nested in dict values/lists - that equals the
-mount path or starts with mount path + "/" is rewritten to the view folder; the same is done
-for the container's extra env var values. Strings in the return value that point into a
-view folder are mapped back to the mount path.
+``containers/<id>/mounts/<n>`` (a copy of the volume's committed files at spawn
+time), and every string argument - positional, keyword, or nested in dict
+values/lists - that equals the mount path or starts with mount path + "/" is
+rewritten to the view folder; the same is done for the container's extra env var
+values. Strings in the return value that point into a view folder are mapped back to
+the mount path.
 
-Volume consistency. Inside the container, ``modal.Volume.from_name(name)`` of a mounted
-volume returns a handle whose ``commit()`` pushes the files created/changed/deleted in the view
-since spawn (or the last commit/reload) into the committed folder, and whose ``reload()``
-pulls other commits into the view without touching files changed locally. Unlike real Modal
-the view is NOT committed when the container exits: a function that forgets ``commit()``
-loses its outputs, which the fake makes visible on purpose. Clients see committed files only.
+Volume consistency. Inside the container, ``modal.Volume.from_name(name)`` of a
+mounted volume returns a handle whose ``commit()`` pushes the files
+created/changed/deleted in the view since spawn (or the last commit/reload) into the
+committed folder, and whose ``reload()`` pulls other commits into the view without
+touching files changed locally. Unlike real Modal the view is NOT committed when the
+container exits: a function that forgets ``commit()`` loses its outputs, which the
+fake makes visible on purpose. Clients see committed files only.
 
 Calls. ``FunctionCall.get`` returns the JSON value; a raised exception becomes
-``RemoteError`` (type name, message and remote traceback in the message; real Modal re-raises
-the original class when it can). A container running longer than ``timeout`` is killed
-(``FunctionTimeoutError``); ``cancel()`` and leaving ``app.run()`` kill the process group,
-and a container that dies without a result gives ``ExecutionError``. When a container's
-main process ends, whatever else is left in its process group is killed (container teardown).
+``RemoteError`` (type name, message and remote traceback in the message; real Modal
+re-raises the original class when it can). A container running longer than
+``timeout`` is killed (``FunctionTimeoutError``); ``cancel()`` and leaving
+``app.run()`` kill the process group, and a container that dies without a result
+gives ``ExecutionError``. When a container's main process ends, whatever else is left
+in its process group is killed (container teardown).
 
-Fault injection (read by the client at spawn time): ``FAKE_MODAL_PREEMPT_AFTER_S=<seconds>``
-with ``FAKE_MODAL_PREEMPT_ONCE_FILE=<path>``: if the file does not exist yet, it is created
-(atomically) and this call's container is SIGKILLed after that many seconds - one preemption
-in the whole test. With ``FAKE_MODAL_PREEMPT_AFTER_S`` alone, every container is preempted.
+Fault injection (read by the client at spawn time):
+``FAKE_MODAL_PREEMPT_AFTER_S=<seconds>`` with ``FAKE_MODAL_PREEMPT_ONCE_FILE=<path>``:
+if the file does not exist yet, it is created (atomically) and this call's container
+is SIGKILLed after that many seconds - one preemption in the whole test. With
+``FAKE_MODAL_PREEMPT_AFTER_S`` alone, every container is preempted.
 
 Not implemented: GPUs, image builds (steps are only recorded; ``pip_install`` and
 ``add_local_python_source`` do not affect what the container can import - it uses the
@@ -68,9 +75,10 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from . import exception
 from ._common import atomic_write, fake_root, locked
@@ -85,9 +93,8 @@ from .volume import FileEntry, FileEntryType, Volume, _make_view
 
 __version__ = "1.6.4-fake"
 
-_FAKE_DIR = str(
-    Path(__file__).resolve().parent.parent
-)  # the folder to put on PYTHONPATH
+# the folder to put on PYTHONPATH
+_FAKE_DIR = str(Path(__file__).resolve().parent.parent)
 
 
 @contextmanager
@@ -102,7 +109,10 @@ def is_local() -> bool:
 
 
 def fake_calls() -> list[dict]:
-    """Test helper: the records of all spawns so far, read from ``$FAKE_MODAL_DIR/calls.jsonl``."""
+    """Test helper: the records of all spawns so far.
+
+    Read from ``$FAKE_MODAL_DIR/calls.jsonl``.
+    """
     path = fake_root() / "calls.jsonl"
     if not path.exists():
         return []
@@ -110,18 +120,24 @@ def fake_calls() -> list[dict]:
 
 
 class Image:
-    """Immutable image description; each builder method returns a new Image with a step added."""
+    """Immutable image description.
+
+    Each builder method returns a new Image with a step added.
+    """
 
     def __init__(self, steps: list[dict], python_version: str | None):
         self.steps = steps
         self.python_version = python_version
 
-    def _with(self, step: dict) -> "Image":
+    def _with(self, step: dict) -> Image:
         return Image(self.steps + [step], self.python_version)
 
     @staticmethod
-    def debian_slim(python_version: str | None = None, **_ignored: Any) -> "Image":
-        """Base image; ``python_version`` is recorded only (the container uses the client's Python)."""
+    def debian_slim(python_version: str | None = None, **_ignored: Any) -> Image:
+        """Base image; ``python_version`` is recorded only.
+
+        (The container uses the client's Python.)
+        """
         if python_version is not None and not (
             isinstance(python_version, str) and python_version.startswith("3.")
         ):
@@ -130,7 +146,7 @@ class Image:
             [{"op": "debian_slim", "python_version": python_version}], python_version
         )
 
-    def pip_install(self, *packages: str | list[str], **_ignored: Any) -> "Image":
+    def pip_install(self, *packages: str | list[str], **_ignored: Any) -> Image:
         flat: list[str] = []
         for p in packages:
             flat.extend([p] if isinstance(p, str) else list(p))
@@ -138,12 +154,12 @@ class Image:
 
     def add_local_python_source(
         self, *modules: str, copy: bool = False, **_ignored: Any
-    ) -> "Image":
+    ) -> Image:
         return self._with(
             {"op": "add_local_python_source", "modules": list(modules), "copy": copy}
         )
 
-    def env(self, vars: dict[str, str]) -> "Image":  # noqa: A002 - Modal's parameter name
+    def env(self, vars: dict[str, str]) -> Image:  # noqa: A002 - Modal's parameter name
         for k, v in vars.items():
             if not isinstance(k, str) or not isinstance(v, str):
                 raise InvalidError(
@@ -166,17 +182,17 @@ class Secret:
         self._env = dict(env_dict)
 
     @staticmethod
-    def from_dict(env_dict: dict[str, str]) -> "Secret":
+    def from_dict(env_dict: dict[str, str]) -> Secret:
         return Secret(env_dict)
 
 
 class _AppRun:
     """What ``App.run()`` returns: enter starts the ephemeral app, exit stops it."""
 
-    def __init__(self, app: "App"):
+    def __init__(self, app: App):
         self._app = app
 
-    def __enter__(self) -> "App":
+    def __enter__(self) -> App:
         if self._app._running:
             raise InvalidError(f"App {self._app.name!r} is already running")
         self._app._running = True
@@ -187,7 +203,10 @@ class _AppRun:
 
 
 class App:
-    """An ephemeral app: define functions with ``app.function``, run them inside ``app.run()``."""
+    """An ephemeral app.
+
+    Define functions with ``app.function``, run them inside ``app.run()``.
+    """
 
     def __init__(
         self, name: str | None = None, *, image: Image | None = None, **_ignored: Any
@@ -210,7 +229,7 @@ class App:
         retries: Any = None,
         cpu: float | None = None,
         memory: int | None = None,
-    ) -> Callable[[Callable], "Function"]:
+    ) -> Callable[[Callable], Function]:
         """Decorator turning a module-level function into a ``Function`` of this app."""
         volumes = dict(volumes or {})
         for mount, vol in volumes.items():
@@ -239,8 +258,8 @@ class App:
             raw = getattr(f, "_fake_raw_f", f)
             if "<locals>" in raw.__qualname__ or raw.__module__ == "__main__":
                 raise InvalidError(
-                    f"fake modal can only run module-level functions of importable modules, "
-                    f"not {raw.__module__}.{raw.__qualname__}"
+                    "fake modal can only run module-level functions of importable "
+                    f"modules, not {raw.__module__}.{raw.__qualname__}"
                 )
             return Function(self, raw, opts)
 
@@ -281,11 +300,15 @@ class Function:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self.spawn(*args, **kwargs).get()
 
-    def spawn(self, *args: Any, **kwargs: Any) -> "FunctionCall":
-        """Start a container running the function with these (JSON-serialisable) arguments."""
+    def spawn(self, *args: Any, **kwargs: Any) -> FunctionCall:
+        """Start a container running the function with these arguments.
+
+        The arguments must be JSON-serialisable.
+        """
         if not self.app._running:
             raise InvalidError(
-                f"cannot spawn {self.__qualname__}: app {self.app.name!r} is not running (use `with app.run():`)"
+                f"cannot spawn {self.__qualname__}: app {self.app.name!r} is not "
+                "running (use `with app.run():`)"
             )
         try:
             json.dumps([args, kwargs])
@@ -378,7 +401,10 @@ class Function:
 
 
 def _remap(obj: Any, mapping: list[tuple[str, str]]) -> Any:
-    """Rewrite strings under a (from, to) prefix; recurse into lists/tuples and dict values."""
+    """Rewrite strings under a (from, to) prefix.
+
+    Recurses into lists/tuples and dict values.
+    """
     if isinstance(obj, str):
         for src, dst in mapping:
             if obj == src or obj.startswith(src + "/"):
@@ -392,7 +418,10 @@ def _remap(obj: Any, mapping: list[tuple[str, str]]) -> Any:
 
 
 def _preempt_after() -> float | None:
-    """Seconds after which to preempt the container being spawned (fault injection), or None."""
+    """Seconds after which to preempt the container being spawned, or None.
+
+    (Fault injection.)
+    """
     after = os.environ.get("FAKE_MODAL_PREEMPT_AFTER_S")
     if not after:
         return None
@@ -405,7 +434,7 @@ def _preempt_after() -> float | None:
     return float(after)
 
 
-_ALL_CALLS: dict[str, "FunctionCall"] = {}
+_ALL_CALLS: dict[str, FunctionCall] = {}
 
 
 class FunctionCall:
@@ -440,26 +469,25 @@ class FunctionCall:
         return self._id
 
     @staticmethod
-    def from_id(function_call_id: str, **_ignored: Any) -> "FunctionCall":
+    def from_id(function_call_id: str, **_ignored: Any) -> FunctionCall:
         """Look up a call spawned by this process."""
         try:
             return _ALL_CALLS[function_call_id]
         except KeyError:
             raise NotFoundError(
-                f"function call {function_call_id} not found (fake: only calls of this process)"
-            )
+                f"function call {function_call_id} not found "
+                "(fake: only calls of this process)"
+            ) from None
 
     def _watch(self) -> None:
         pid = self._proc.pid
-        os.waitid(
-            os.P_PID, pid, os.WEXITED | os.WNOWAIT
-        )  # exited, but not reaped: pgid still ours
+        # exited, but not reaped: pgid still ours
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
         with self._lock:
             self._exited = True
         try:
-            os.killpg(
-                pid, signal.SIGKILL
-            )  # container teardown: leftover processes of the group
+            # container teardown: leftover processes of the group
+            os.killpg(pid, signal.SIGKILL)
         except OSError:
             pass
         self._proc.wait()
@@ -483,7 +511,10 @@ class FunctionCall:
         self._kill("cancelled")
 
     def get(self, timeout: float | None = None) -> Any:
-        """Wait up to ``timeout`` seconds (None: forever) and return the result or raise."""
+        """Wait at most ``timeout`` seconds (None: forever); return the result.
+
+        Raises if the call failed.
+        """
         if not self._done.wait(timeout):
             raise exception.TimeoutError(
                 f"function call {self._id} still running after {timeout}s"
@@ -494,7 +525,8 @@ class FunctionCall:
             if result["ok"]:
                 return _remap(result["value"], self._unmap)
             raise RemoteError(
-                f"{result['type']}: {result['message']}\n\nRemote traceback:\n{result['traceback']}"
+                f"{result['type']}: {result['message']}\n\n"
+                f"Remote traceback:\n{result['traceback']}"
             )
         where = f"container for {self._id} (log: {self._cdir / 'container.log'})"
         if self._reason == "timeout":
@@ -507,20 +539,25 @@ class FunctionCall:
             )
         if self._reason == "preempted":
             raise ExecutionError(
-                f"{where} was preempted (fake fault injection) and exited without a result"
+                f"{where} was preempted (fake fault injection) and exited "
+                "without a result"
             )
         if self._reason == "app_stopped":
             raise ExecutionError(
                 f"{where} was killed because the ephemeral app stopped; no result"
             )
         raise ExecutionError(
-            f"{where} exited without a result (preempted or killed); exit status {self._proc.returncode}"
+            f"{where} exited without a result (preempted or killed); "
+            f"exit status {self._proc.returncode}"
         )
 
 
 @atexit.register
 def _kill_all_at_exit() -> None:
-    """Stop containers still running when the client exits (ephemeral apps die with it)."""
+    """Stop containers still running when the client exits.
+
+    (Ephemeral apps die with it.)
+    """
     for call in list(_ALL_CALLS.values()):
         call._kill("app_stopped")
 

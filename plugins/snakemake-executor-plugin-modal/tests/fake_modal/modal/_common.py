@@ -1,4 +1,4 @@
-"""Shared helpers of the fake: the root folder, per-volume locks, atomic file copies."""
+"""Shared helpers of the fake: root folder, per-volume locks, atomic file copies."""
 
 from __future__ import annotations
 
@@ -6,18 +6,22 @@ import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 def fake_root() -> Path:
-    """Absolute path of ``$FAKE_MODAL_DIR`` (created if needed); RuntimeError if unset."""
+    """Absolute path of ``$FAKE_MODAL_DIR`` (created if needed).
+
+    RuntimeError if unset.
+    """
     value = os.environ.get("FAKE_MODAL_DIR")
     if not value:
         raise RuntimeError(
-            "fake modal: the environment variable FAKE_MODAL_DIR is not set; it must name the "
-            "folder where the fake keeps volumes/, containers/ and calls.jsonl"
+            "fake modal: the environment variable FAKE_MODAL_DIR is not set; it must "
+            "name the folder where the fake keeps volumes/, containers/ and "
+            "calls.jsonl"
         )
     root = Path(value).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -38,7 +42,7 @@ def locked(name: str) -> Iterator[None]:
 
 
 def _tmp_path(dst: Path) -> Path:
-    """A fresh temp file on the same file system as ``dst``, outside any volume folder."""
+    """A fresh temp file on the same file system as ``dst``, outside any volume."""
     tmp_dir = fake_root() / "tmp"
     tmp_dir.mkdir(exist_ok=True)
     fd, name = tempfile.mkstemp(dir=tmp_dir, prefix=dst.name[:50] + ".")
@@ -47,7 +51,7 @@ def _tmp_path(dst: Path) -> Path:
 
 
 def atomic_copy(src: Path, dst: Path, mode: int | None = None) -> None:
-    """Copy ``src`` to ``dst`` (contents, mtime, mode) through a temp file and rename."""
+    """Copy ``src`` to ``dst`` (contents, mtime, mode) via a temp file and rename."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_path(dst)
     try:
@@ -72,7 +76,7 @@ def atomic_write(data: bytes, dst: Path, mode: int | None = None) -> None:
 
 
 def scan(folder: Path) -> dict[str, list[int]]:
-    """``{relative posix path: [size, mtime_ns]}`` of the regular files under ``folder``."""
+    """``{relative posix path: [size, mtime_ns]}`` of regular files under ``folder``."""
     out: dict[str, list[int]] = {}
     for dirpath, _dirs, files in os.walk(folder):
         for fname in files:

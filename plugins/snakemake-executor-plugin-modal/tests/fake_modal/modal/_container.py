@@ -1,7 +1,8 @@
 """Entry point of a fake container: ``python -m modal._container <spec.json>``.
 
-Imports ``spec["module"]``, resolves ``spec["qualname"]`` (a fake ``Function`` object found
-there is unwrapped to its raw function), calls it with the JSON args and writes
+Imports ``spec["module"]``, resolves ``spec["qualname"]`` (a fake ``Function``
+object found there is unwrapped to its raw function), calls it with the JSON args and
+writes
 ``{"ok": true, "value": ...}`` or ``{"ok": false, "type", "message", "traceback"}``
 atomically to ``spec["result"]``. It always exits 0 once the result file is written.
 """

@@ -10,7 +10,7 @@ class Error(Exception):
 
 
 class InvalidError(Error):
-    """Invalid use of the API (e.g. spawning a function of an app that is not running)."""
+    """Invalid use of the API (e.g. spawning a function of an app not running)."""
 
 
 class NotFoundError(Error):
@@ -18,24 +18,35 @@ class NotFoundError(Error):
 
 
 class RemoteError(Error):
-    """The remote function raised; the message holds type, message and remote traceback."""
+    """The remote function raised.
+
+    The message holds type, message and remote traceback.
+    """
 
 
-class TimeoutError(Error):  # noqa: A001 - shadows the builtin on purpose, like real Modal
-    """An operation did not finish within the given timeout (e.g. ``FunctionCall.get``)."""
+# shadows the builtin on purpose, like real Modal
+class TimeoutError(Error):  # noqa: A001
+    """An operation did not finish within the given timeout.
+
+    (E.g. ``FunctionCall.get``.)
+    """
 
 
 class FunctionTimeoutError(TimeoutError):
-    """The remote function ran longer than its ``timeout`` and its container was killed."""
+    """The remote function ran longer than its ``timeout``; its container was killed."""
 
 
 class ExecutionError(Error):
-    """The call failed for a reason other than the function raising (killed, preempted, cancelled)."""
+    """The call failed for a reason other than the function raising.
+
+    (Killed, preempted, cancelled.)
+    """
 
 
 class _PathNotFoundError(NotFoundError, FileNotFoundError):
-    """Missing file in a volume: both ``NotFoundError`` and the builtin ``FileNotFoundError``.
+    """Missing file in a volume.
 
-    Real Modal 1.x raises ``FileNotFoundError`` from ``read_file``/``remove_file`` and
-    ``NotFoundError`` from the server in other places; catching either works with the fake.
+    Both ``NotFoundError`` and the builtin ``FileNotFoundError``. Real Modal 1.x raises
+    ``FileNotFoundError`` from ``read_file``/``remove_file`` and ``NotFoundError`` from
+    the server in other places; catching either works with the fake.
     """

@@ -1,7 +1,8 @@
-"""Fake ``modal.Volume``: a folder ``$FAKE_MODAL_DIR/volumes/<name>/`` of committed files.
+"""Fake ``modal.Volume``.
 
-Clients (the test process) only ever see committed files. A container sees its own view,
-a copy made at spawn time (see ``modal`` module docstring); ``commit()`` inside the
+A folder ``$FAKE_MODAL_DIR/volumes/<name>/`` of committed files. Clients (the test
+process) only ever see committed files. A container sees its own view, a copy made at
+spawn time (see ``modal`` module docstring); ``commit()`` inside the
 container pushes the view's changes into the committed folder, ``reload()`` pulls other
 commits into the view. Both are no-ops in the client, as with real Modal.
 """
@@ -13,10 +14,11 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from ._common import atomic_copy, atomic_write, fake_root, locked, scan
 from .exception import InvalidError, NotFoundError, _PathNotFoundError
@@ -38,7 +40,10 @@ class FileEntryType(enum.IntEnum):
 
 @dataclass(frozen=True)
 class FileEntry:
-    """A listed volume entry; ``path`` is relative to the volume root, without leading "/"."""
+    """A listed volume entry.
+
+    ``path`` is relative to the volume root, without leading "/".
+    """
 
     path: str
     type: FileEntryType
@@ -47,7 +52,10 @@ class FileEntry:
 
 
 def _rel(path: str | PurePosixPath) -> str:
-    """Volume-relative posix path: "/a/b", "a/b/" and "a/./b" all give "a/b"; root gives ""."""
+    """Volume-relative posix path.
+
+    "/a/b", "a/b/" and "a/./b" all give "a/b"; root gives "".
+    """
     parts = [p for p in PurePosixPath(str(path)).parts if p not in ("/", ".")]
     if ".." in parts:
         raise InvalidError(f"fake modal: '..' is not allowed in volume paths: {path!r}")
@@ -64,7 +72,10 @@ def _mounted_views() -> dict[str, str]:
 
 
 class Volume:
-    """A named volume. Obtain one with ``Volume.from_name``; do not construct directly."""
+    """A named volume.
+
+    Obtain one with ``Volume.from_name``; do not construct directly.
+    """
 
     def __init__(self, name: str, _view: str | None = None):
         self.name = name
@@ -72,7 +83,8 @@ class Volume:
         self._view = Path(_view) if _view else None
 
     def __repr__(self) -> str:
-        return f"<fake modal.Volume {self.name!r}{' (mounted view)' if self._view else ''}>"
+        suffix = " (mounted view)" if self._view else ""
+        return f"<fake modal.Volume {self.name!r}{suffix}>"
 
     @staticmethod
     def from_name(
@@ -81,10 +93,11 @@ class Volume:
         environment_name: str | None = None,
         create_if_missing: bool = False,
         **_ignored,
-    ) -> "Volume":
-        """Reference volume ``name``; NotFoundError if missing and not ``create_if_missing``.
+    ) -> Volume:
+        """Reference volume ``name``.
 
-        (Real Modal resolves lazily and raises on first use; the fake checks right away.)
+        NotFoundError if missing and not ``create_if_missing``. (Real Modal resolves
+        lazily and raises on first use; the fake checks right away.)
         """
         if not _NAME_RE.match(name):
             raise InvalidError(f"fake modal: invalid volume name {name!r}")
@@ -95,7 +108,7 @@ class Volume:
             folder.mkdir(parents=True, exist_ok=True)
         return Volume(name, _mounted_views().get(name))
 
-    # -- committed-store helpers -------------------------------------------------------
+    # -- committed-store helpers -----------------------------------------------
     @property
     def _committed(self) -> Path:
         folder = _volume_dir(self.name)
@@ -121,9 +134,12 @@ class Volume:
             size=st.st_size if kind == FileEntryType.FILE else 0,
         )
 
-    # -- public API ------------------------------------------------------------------
+    # -- public API ------------------------------------------------------------
     def listdir(self, path: str, *, recursive: bool = False) -> list[FileEntry]:
-        """Entries under ``path`` ("/" or "" is the root); a file path lists just that file."""
+        """Entries under ``path`` ("/" or "" is the root).
+
+        A file path lists just that file.
+        """
         if path.endswith("*"):
             raise InvalidError("Glob patterns in `Volume.listdir()` are not supported")
         target = self._committed / _rel(path)
@@ -137,8 +153,11 @@ class Volume:
         return [self._entry(p) for p in sorted(children)]
 
     def read_file(self, path: str) -> Iterator[bytes]:
-        """Yield the committed file's bytes in chunks; missing file: NotFoundError/FileNotFoundError
-        (raised on first iteration, like real Modal's generator)."""
+        """Yield the committed file's bytes in chunks.
+
+        Missing file: NotFoundError/FileNotFoundError (raised on first iteration, like
+        real Modal's generator).
+        """
         target = self._committed / _rel(path)
         if not target.is_file():
             raise _PathNotFoundError(f"No such file: {path!r} in volume '{self.name}'")
@@ -165,18 +184,21 @@ class Volume:
                 target.unlink()
 
     @contextmanager
-    def batch_upload(self, force: bool = False) -> Iterator["_BatchUpload"]:
-        """Collect ``put_file``/``put_directory`` calls and write them when the block exits.
+    def batch_upload(self, force: bool = False) -> Iterator[_BatchUpload]:
+        """Collect ``put_file``/``put_directory`` calls; write them when the block ends.
 
-        Each file is written atomically (temp file + rename). With ``force=False`` an already
-        existing remote file makes the whole batch fail with ``FileExistsError`` before any write.
+        Each file is written atomically (temp file + rename). With ``force=False`` an
+        already existing remote file makes the whole batch fail with
+        ``FileExistsError`` before any write.
         """
         batch = _BatchUpload()
         yield batch  # an exception in the block propagates and nothing is uploaded
         batch._flush(self, force)
 
     def commit(self) -> None:
-        """In a container with this volume mounted: push the view's changes. Client: no-op.
+        """In a container with this volume mounted: push the view's changes.
+
+        Client: no-op.
 
         Changes are relative to the view's baseline (its state at spawn, last commit or
         reload), so files other containers committed meanwhile are never deleted.
@@ -199,8 +221,10 @@ class Volume:
             _save_baseline(self._view, current)
 
     def reload(self) -> None:
-        """In a container: bring other commits into the view, keeping files changed locally
-        and not yet committed. Client: no-op."""
+        """In a container: bring other commits into the view.
+
+        Files changed locally and not yet committed are kept. Client: no-op.
+        """
         if self._view is None:
             return
         committed = self._committed
@@ -225,12 +249,10 @@ class _BatchUpload:
     """Object yielded by ``Volume.batch_upload``."""
 
     def __init__(self):
-        self._files: list[
-            tuple[object, str, int | None]
-        ] = []  # (source, remote rel, mode)
-        self._dirs: list[
-            tuple[Path, str, bool]
-        ] = []  # (local folder, remote rel, recursive)
+        # (source, remote rel, mode)
+        self._files: list[tuple[object, str, int | None]] = []
+        # (local folder, remote rel, recursive)
+        self._dirs: list[tuple[Path, str, bool]] = []
 
     def put_file(
         self,
@@ -238,7 +260,10 @@ class _BatchUpload:
         remote_path: PurePosixPath | str,
         mode: int | None = None,
     ):
-        """Queue one file (a path or a readable binary file object, read when the batch exits)."""
+        """Queue one file.
+
+        A path or a readable binary file object (read when the batch exits).
+        """
         if str(remote_path).endswith("/"):
             raise ValueError(
                 f"remote_path ({remote_path}) must refer to a file - cannot end with /"
@@ -284,7 +309,8 @@ class _BatchUpload:
                     )
                 if dst.exists() and not force:
                     raise FileExistsError(
-                        f"{rel}: already exists in volume '{volume.name}' (use force=True)"
+                        f"{rel}: already exists in volume '{volume.name}' "
+                        "(use force=True)"
                     )
             for src, rel, mode in files:
                 if isinstance(src, (str, Path)):
@@ -298,7 +324,7 @@ class _BatchUpload:
                     )
 
 
-# -- container views ----------------------------------------------------------------------
+# -- container views -----------------------------------------------------------
 def _baseline_file(view: Path) -> Path:
     return view.with_name(view.name + ".baseline.json")
 
