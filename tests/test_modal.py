@@ -1,0 +1,118 @@
+"""
+The workflow on Modal, through the repository's executor plugin and a fake Modal backend
+(containers are local subprocesses, the Volume a folder): `snakemake --profile
+profiles/modal` on the reduced demo (2 images per configuration).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
+
+FAKE_MODAL = (
+    REPO / "plugins" / "snakemake-executor-plugin-modal" / "tests" / "fake_modal"
+)
+SECRET = "modal-secret-value-7f3a9c"
+TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
+
+
+def workflow_copy(dest: Path) -> Path:
+    """The repository's tracked files in `dest`, as a git repository (the plugin
+    stages what Snakemake lists as the workflow's sources, git's files among them)."""
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for f in files:
+        if (REPO / f).is_file():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / f, dest / f)
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def modal_run(tiny_run, tmp_path_factory):
+    """The reduced demo's per-image jobs run on the fake Modal (assets built locally
+    by the reduced demo beforehand, as a researcher's earlier local run would)."""
+    root = tmp_path_factory.mktemp("modal")
+    work = workflow_copy(root / "wf")
+    shutil.copytree(tiny_run / "runs", work / "runs", symlinks=True)
+    shutil.rmtree(work / "runs" / "per_image")
+    shutil.rmtree(work / "runs" / "metrics", ignore_errors=True)
+    config = work / "tests" / "data" / TINY_CONFIG.name
+    fake_dir = root / "fake-modal"
+    fake_dir.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(FAKE_MODAL),
+        "FAKE_MODAL_DIR": str(fake_dir),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "MODAL_TOKEN_ID": "ak-fake-id",
+        "MODAL_TOKEN_SECRET": SECRET,
+    }
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/modal"]
+    cmd += ["--configfile", str(config), "--cores", "2", "--jobs", "3"]
+    cmd += ["--modal-volume", "wf-test", "--envvars", "MODAL_TOKEN_SECRET"]
+    result = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    return work, fake_dir, result
+
+
+def test_modal_profile_runs_the_demo(modal_run, tiny_run):
+    work, _, result = modal_run
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert (work / "results" / "fig4de.png").exists()
+    for enc, area in CONFIGURATIONS:
+        for i in range(2):
+            rel = Path("runs", "per_image", enc, area, f"img{i:04d}.pt")
+            modal = torch.load(work / rel, weights_only=False)
+            local = torch.load(tiny_run / rel, weights_only=False)
+            for key in TENSORS:  # same seed per image: the same numbers as locally
+                assert torch.equal(modal[key], local[key]), (rel, key)
+
+
+def test_one_container_per_shard_with_the_profiles_gpu(modal_run):
+    _, fake_dir, result = modal_run
+    assert result.returncode == 0, result.stderr[-5000:]
+    calls = [json.loads(line) for line in (fake_dir / "calls.jsonl").open()]
+    # 8 per-image jobs in 3 shards (3, 3, 2 images); every other rule ran locally
+    assert len(calls) == 3
+    assert {c["gpu"] for c in calls} == {"A100-80GB"}
+    targets = sorted(len(c["args"][0]["job_outputs"]) for c in calls)
+    assert targets == [2, 3, 3]
+    steps = calls[0]["image_steps"]
+    pip = next(s["packages"] for s in steps if s["op"] == "pip_install")
+    assert any(p.startswith("multigeom[paper]==") for p in pip)
+    assert any(p.startswith("snakemake==") for p in pip)
+
+
+def test_finished_files_are_on_the_volume(modal_run):
+    work, fake_dir, result = modal_run
+    assert result.returncode == 0, result.stderr[-5000:]
+    volume = fake_dir / "volumes" / "wf-test" / work.name
+    for f in (work / "runs" / "per_image").rglob("*.pt"):
+        rel = f.relative_to(work)
+        assert (volume / rel).read_bytes() == f.read_bytes(), rel
+
+
+def test_the_modal_token_is_never_written_or_passed(modal_run):
+    """MODAL_TOKEN_SECRET was set and even declared with --envvars: it must not reach
+    a job's environment, a log, the volume or the plugin's records."""
+    work, fake_dir, result = modal_run
+    assert SECRET not in result.stdout + result.stderr
+    for folder in (fake_dir, work / ".snakemake", work / "logs"):
+        for f in folder.rglob("*"):
+            if f.is_file() and not f.is_symlink():
+                assert SECRET.encode() not in f.read_bytes(), f
+    calls = [json.loads(line) for line in (fake_dir / "calls.jsonl").open()]
+    for c in calls:
+        assert "MODAL_TOKEN_SECRET" not in c["args"][0]["env"]
+        assert "MODAL_TOKEN_SECRET" not in c["env_keys"]
