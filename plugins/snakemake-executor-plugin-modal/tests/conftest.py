@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-FAKE = Path(__file__).resolve().parent / "fake_modal"
+from .helpers import FAKE
 
 
 def _import_fake():
@@ -54,31 +54,3 @@ def fake_modal(tmp_path, monkeypatch):
         for k in fakes:
             sys.modules.pop(k, None)
         sys.modules.update(saved)
-
-
-def run_snakemake(
-    workdir: Path, snakefile: str, *args: str, env=None, popen: dict | None = None
-):
-    """
-    Run ``snakemake --executor modal`` on `snakefile` (its text) in `workdir`, in a
-    subprocess that imports the fake ``modal`` (use with the ``fake_modal`` fixture).
-    Returns the CompletedProcess (text), or a Popen started with the ``popen`` options.
-    """
-    import subprocess
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "Snakefile").write_text(snakefile)
-    cmd = [sys.executable, "-m", "snakemake", "--executor", "modal", "--jobs", "2"]
-    cmd += ["--modal-volume", "tests", "--modal-gpu", "T4", "--latency-wait", "1"]
-    full_env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [str(FAKE), *filter(None, [os.environ.get("PYTHONPATH")])]
-        ),
-        **(env or {}),
-    }
-    if popen is not None:
-        return subprocess.Popen([*cmd, *args], cwd=workdir, env=full_env, **popen)
-    return subprocess.run(
-        [*cmd, *args], cwd=workdir, env=full_env, capture_output=True, text=True
-    )

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from conftest import run_snakemake
+from .helpers import run_snakemake
 
 SLOW = """
 rule all:

@@ -3,9 +3,10 @@ Files between the local working directory and the Modal Volume.
 
 The working directory is mirrored under one folder of the volume (the *prefix*): the
 local file ``results/a.txt`` is ``<prefix>/results/a.txt`` there. Uploads send only what
-is missing on the volume or changed locally (size differs, or modified after the
-volume's copy); downloads write each file to a temporary name and rename it, so a
-half-downloaded file never looks finished.
+is missing on the volume or changed locally (size differs, or modified in a later
+second than the volume's copy was written: the volume keeps whole seconds); downloads
+write each file to a temporary name and rename it, so a half-downloaded file never
+looks finished.
 """
 
 from __future__ import annotations
@@ -120,14 +121,18 @@ class VolumeStager:
                 frel = f.relative_to(self.workdir).as_posix()
                 st = f.stat()
                 known = remote.get(frel)
-                if known is None or known[0] != st.st_size or st.st_mtime > known[1]:
+                if (
+                    known is None
+                    or known[0] != st.st_size
+                    or int(st.st_mtime) > known[1]
+                ):
                     todo.append((f, frel, st.st_size))
         if todo:
             with self.volume.batch_upload(force=True) as batch:
                 for f, frel, _ in todo:
                     batch.put_file(str(f), "/" + self.remote_path(frel))
             for f, frel, size in todo:
-                remote[frel] = (size, int(f.stat().st_mtime) + 1)
+                remote[frel] = (size, int(f.stat().st_mtime))
         return [frel for _, frel, _ in todo]
 
     def download(self, paths: Iterable[str], missing_ok: bool = False) -> list[str]:

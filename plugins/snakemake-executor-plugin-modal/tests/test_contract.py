@@ -1,0 +1,126 @@
+"""
+Contract: every Modal name the plugin calls exists in the installed ``modal`` package
+with a signature that accepts the plugin's arguments, so that a Modal upgrade that
+renames or changes one fails here and not on a user's account. The fake backend is held
+to the same contract, so the tests that run on it call what real Modal offers.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+import snakemake_executor_plugin_modal
+
+PLUGIN = Path(snakemake_executor_plugin_modal.__file__).parent
+
+# (object path, arguments the plugin passes): bound against the signature.
+CALLS = [
+    ("App", (), {"name": "x"}),
+    (
+        "App.function",
+        ("self",),
+        dict(image=None, gpu="A100", timeout=60, volumes={}, serialized=True),
+    ),
+    ("App.run", ("self",), {}),
+    ("Function.spawn", ("self", {"spec": 1}), {}),
+    ("FunctionCall.get", ("self",), {"timeout": 0}),
+    ("FunctionCall.cancel", ("self",), {"terminate_containers": True}),
+    ("Image.debian_slim", (), {"python_version": "3.11"}),
+    ("Image.pip_install", ("self", "snakemake==9.0"), {}),
+    ("Image.add_local_python_source", ("self", "snakemake_executor_plugin_modal"), {}),
+    ("Volume.from_name", ("vol",), {"create_if_missing": True}),
+    ("Volume.listdir", ("self", "prefix"), {"recursive": True}),
+    ("Volume.read_file", ("self", "prefix/a.txt"), {}),
+    ("Volume.batch_upload", ("self",), {"force": True}),
+    ("Volume.commit", ("self",), {}),
+]
+ATTRIBUTES = [
+    "FunctionCall.object_id",
+    "exception.TimeoutError",
+    "exception.FunctionTimeoutError",
+    "exception.NotFoundError",
+    "volume.FileEntryType.FILE",
+]
+
+
+def real_modal():
+    import importlib
+
+    import modal
+
+    if "fake" in modal.__version__:  # a test left the fake in place
+        pytest.skip("the fake modal is imported in this process")
+    for sub in ("exception", "volume"):
+        importlib.import_module(f"modal.{sub}")
+    return modal
+
+
+@pytest.fixture(params=["modal", "fake"])
+def backend(request):
+    if request.param == "modal":
+        return real_modal()
+    return request.getfixturevalue("fake_modal")
+
+
+def resolve(module, dotted: str):
+    obj = module
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize(("name", "args", "kwargs"), CALLS, ids=[c[0] for c in CALLS])
+def test_called_names_accept_the_plugins_arguments(backend, name, args, kwargs):
+    target = resolve(backend, name)
+    inspect.signature(target).bind(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", ATTRIBUTES)
+def test_used_attributes_exist(backend, name):
+    resolve(backend, name)
+
+
+def test_timeout_of_get_is_modals_own_error():
+    modal = real_modal()
+    assert issubclass(
+        modal.exception.FunctionTimeoutError, modal.exception.TimeoutError
+    )
+
+
+def test_upload_context_offers_put_file():
+    real_modal()
+    from modal.volume import VolumeUploadContextManager
+
+    sig = inspect.signature(VolumeUploadContextManager.put_file)
+    sig.bind("self", "local/path", "/remote/path")
+
+
+def modal_names(tree: ast.AST) -> set[str]:
+    """Attributes read from ``modal`` (``modal.X``, ``modal.exception.X``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            base = node.value
+            if isinstance(base, ast.Name) and base.id == "modal":
+                names.add(node.attr)
+            elif (
+                isinstance(base, ast.Attribute)
+                and isinstance(base.value, ast.Name)
+                and base.value.id == "modal"
+            ):
+                names.add(node.attr)
+    return names
+
+
+def test_every_modal_name_in_the_plugin_is_in_the_contract():
+    """A new Modal name read by the plugin must be added to this contract."""
+    covered = {part for n, _, _ in CALLS for part in n.split(".")}
+    covered |= {part for a in ATTRIBUTES for part in a.split(".")}
+    used = set()
+    for f in PLUGIN.glob("*.py"):
+        used |= modal_names(ast.parse(f.read_text()))
+    assert used, "no Modal name found: the check is broken"
+    assert used <= covered, used - covered
