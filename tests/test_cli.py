@@ -91,3 +91,45 @@ def test_unknown_configuration_is_named(tiny_copy):
         "config error: --configs 'onoff/V9': not a configuration of this run; allowed: "
         "onoff/complex, smallcnn/complex, onoff/simple, smallcnn/simple"
     )
+
+
+FAKE_MODAL = REPO / "plugins/snakemake-executor-plugin-modal/tests/fake_modal"
+
+
+def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path):
+    """On the fake Modal backend: the volume is a folder of committed files."""
+    import os
+    import shutil
+
+    fake = tmp_path / "fake-modal"
+    mirror = fake / "volumes" / "vol" / "myrun"  # --modal-volume-prefix myrun
+    for f in ["onoff/complex/img0000.pt", "onoff/complex/img0001.pt"]:
+        dest = mirror / "runs" / "per_image" / f
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny_copy / "runs" / "per_image" / f, dest)
+    env = {**os.environ, "PYTHONPATH": str(FAKE_MODAL), "FAKE_MODAL_DIR": str(fake)}
+    opts = ["--modal-volume", "vol", "--modal-volume-prefix", "myrun"]
+
+    def run(*args):
+        cmd = [sys.executable, "-m", "multigeom_workflow.cli", *args, *opts]
+        cmd += ["--configfile", str(TINY_CONFIG), "--workflow-dir", str(REPO)]
+        return subprocess.run(
+            cmd, cwd=tiny_copy, capture_output=True, text=True, env=env
+        )
+
+    result = run("progress")
+    assert result.returncode == 3, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "on Modal volume 'vol', folder 'myrun':"
+    assert lines[1] == "onoff/complex                 2 / 2"
+    assert lines[-1] == "all                           2 / 8"
+
+    listed = run("clear", "--configs", "onoff/complex", "--n-images", "1", "--list")
+    assert "vol:myrun/runs/per_image/onoff/complex/img0000.pt" in listed.stdout
+    assert (mirror / "runs/per_image/onoff/complex/img0000.pt").exists()
+
+    cleared = run("clear", "--configs", "onoff/complex", "--n-images", "1")
+    assert cleared.returncode == 0, cleared.stderr
+    assert not (mirror / "runs/per_image/onoff/complex/img0000.pt").exists()
+    assert (mirror / "runs/per_image/onoff/complex/img0001.pt").exists()
+    assert "deleted 1 per-image file(s) on Modal volume 'vol'" in cleared.stderr

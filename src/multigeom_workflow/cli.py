@@ -3,6 +3,7 @@
 
     multigeom-workflow progress          per configuration, per-image files done / total
     multigeom-workflow clear             delete chosen per-image files (nothing else)
+    (both with --modal-volume NAME: the files on the Modal executor's volume as well)
     multigeom-workflow install-profiles  make `snakemake --profile local-gpu` work
 
 Both read the workflow's configuration as Snakemake does (``config/config.yaml``, or
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from .modal_volume import default_prefix, volume_files, volume_progress, volume_remove
 from .plan import progress
 from .scenario import ConfigError, Scenario, validated_scenario
 
@@ -107,8 +109,16 @@ def install_profiles(profiles_dir: Path, target: Path | None = None) -> list[Pat
 
 
 def cmd_progress(scenario: Scenario, args) -> int:
-    """Print done / total per configuration; exit status 0 when all are done."""
-    done = progress(scenario)
+    """
+    Print done / total per configuration (here, or on the Modal volume with
+    --modal-volume); exit status 0 when all are done.
+    """
+    if args.modal_volume:
+        prefix = args.modal_volume_prefix or default_prefix()
+        done = volume_progress(scenario, args.modal_volume, prefix)
+        print(f"on Modal volume {args.modal_volume!r}, folder {prefix!r}:")
+    else:
+        done = progress(scenario)
     for (enc, area), (n, total) in done.items():
         print(f"{enc + '/' + area:<24} {n:>6} / {total}")
     n_done = sum(n for n, _ in done.values())
@@ -126,7 +136,7 @@ def cmd_clear(scenario: Scenario, args) -> int:
         for c in configs
         for i in range(n)
     ]
-    files = [f for f in files if f.exists()]
+    all_files, files = files, [f for f in files if f.exists()]
     if not args.list:
         held = locked()
         if held:
@@ -143,6 +153,21 @@ def cmd_clear(scenario: Scenario, args) -> int:
             f.unlink()
     verb = "would delete" if args.list else "deleted"
     print(f"{verb} {len(files)} per-image file(s)", file=sys.stderr)
+    if args.modal_volume:
+        prefix = args.modal_volume_prefix or default_prefix()
+        chosen = [str(f) for f in all_files]
+        if args.list:
+            on_volume = volume_files(args.modal_volume, prefix, "")
+            remote = [f for f in chosen if f in on_volume]
+        else:
+            remote = volume_remove(chosen, args.modal_volume, prefix)
+        for f in remote:
+            print(f"{args.modal_volume}:{prefix}/{f}")
+        print(
+            f"{verb} {len(remote)} per-image file(s) on Modal volume "
+            f"{args.modal_volume!r}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -159,6 +184,17 @@ def main(argv=None) -> int:
         type=Path,
         default=Path(__file__).resolve().parents[2],
         help="the folder of the workflow's Snakefile (default: this checkout)",
+    )
+    common.add_argument(
+        "--modal-volume",
+        metavar="NAME",
+        help="also the per-image files on this Modal Volume (the profile's "
+        "modal-volume)",
+    )
+    common.add_argument(
+        "--modal-volume-prefix",
+        metavar="FOLDER",
+        help="the run's folder on the volume (default: this directory's name)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(

@@ -1,0 +1,80 @@
+"""
+The run's per-image files on the Modal Volume of the executor plugin: how many are
+there (committed), and deleting chosen ones.
+
+The plugin mirrors the working directory under one folder of the volume (its
+``--modal-volume-prefix``, by default the working directory's name), so the per-image
+file ``runs/per_image/onoff/V1/img0000.pt`` is ``<prefix>/runs/per_image/onoff/V1/
+img0000.pt`` there. Containers commit finished per-image files while they run (every
+``--modal-sync-seconds``), so counting them shows the progress of a running shard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+from .scenario import Scenario
+
+__all__ = ["default_prefix", "volume_files", "volume_progress", "volume_remove"]
+
+
+def default_prefix() -> str:
+    """The plugin's default folder on the volume: the working directory's name."""
+    return Path.cwd().name
+
+
+def volume_files(volume_name: str, prefix: str, folder: str) -> set[str]:
+    """
+    Committed files under ``<prefix>/<folder>`` of a Modal Volume, as paths relative
+    to the working directory; empty if the folder (or the volume) does not exist.
+    """
+    import modal
+    import modal.exception
+
+    try:
+        volume = modal.Volume.from_name(volume_name)
+        entries = volume.listdir(str(PurePosixPath(prefix, folder)), recursive=True)
+    except modal.exception.NotFoundError:
+        return set()
+    return {
+        str(PurePosixPath(e.path).relative_to(prefix))
+        for e in entries
+        if getattr(e.type, "name", None) == "FILE"
+    }
+
+
+def volume_progress(
+    scenario: Scenario, volume_name: str, prefix: str
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """
+    Per configuration (encoder, area): (per-image files on the volume, first n_images
+    images), as :func:`multigeom_workflow.plan.progress` counts local files.
+    """
+    on_volume = volume_files(volume_name, prefix, f"{scenario.runs_dir}/per_image")
+    out = {}
+    for c in scenario.configurations:
+        files = [str(PurePosixPath(f)) for f in scenario.per_image_files(c)]
+        out[(c.encoder, c.area)] = (sum(f in on_volume for f in files), len(files))
+    return out
+
+
+def volume_remove(files: list[str], volume_name: str, prefix: str) -> list[str]:
+    """
+    Delete these files (paths relative to the working directory) from the volume;
+    returns those that were there.
+    """
+    import modal
+    import modal.exception
+
+    try:
+        volume = modal.Volume.from_name(volume_name)
+    except modal.exception.NotFoundError:
+        return []
+    gone = []
+    for f in files:
+        try:
+            volume.remove_file(str(PurePosixPath(prefix, f)))
+        except (modal.exception.NotFoundError, FileNotFoundError):
+            continue
+        gone.append(f)
+    return gone
