@@ -37,19 +37,20 @@ with job_log(snakemake.log[0]):
     with slot_held as slot:
         print(f"holding {slot.kind} {slot.slot_id} ({slot.device})", flush=True)
         if config["workers"] == "warm":
-            from multigeom_workflow.workers import model_spec, request_estimate
-
-            spec = model_spec(
-                f"{slot.kind}{slot.slot_id}",
-                slot.device,
-                snakemake.threads,
-                snakemake.input.encoder,
-                snakemake.input.diffusion,
-                snakemake.params.diffusion,
+            from multigeom_workflow.workers import (
+                model_spec,
+                request_estimate,
+                slot_spec,
             )
-            name = f"{slot.kind}{slot.slot_id}-{wildcards.encoder}-{wildcards.area}"
+
+            name = f"{slot.kind}{slot.slot_id}"
             reply = request_estimate(
-                spec,
+                slot_spec(name, slot.device, snakemake.threads),
+                model_spec(
+                    snakemake.input.encoder,
+                    snakemake.input.diffusion,
+                    snakemake.params.diffusion,
+                ),
                 request,
                 log=Path("logs/workers", f"{name}.log").resolve(),
                 watch_pid=int(os.environ.get("MULTIGEOM_SNAKEMAKE_PID", os.getppid())),

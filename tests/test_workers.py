@@ -40,7 +40,7 @@ def wait_until_no_worker(lock_dir=None, timeout=10.0) -> list[str]:
     return workers_alive(lock_dir)
 
 
-def test_one_model_load_per_slot_and_configuration(tiny_run):
+def test_one_start_per_slot_and_one_model_load_per_slot_and_configuration(tiny_run):
     held = set()
     for log in (tiny_run / "logs" / "estimate_image").glob("*/*/img*.log"):
         m = re.search(r"holding (\w+) (\S+) ", log.read_text())
@@ -51,8 +51,15 @@ def test_one_model_load_per_slot_and_configuration(tiny_run):
         for line in log.read_text().splitlines()
         if line.startswith("models loaded:")
     ]
+    starts = [
+        line
+        for log in (tiny_run / "logs" / "workers").glob("*.log")
+        for line in log.read_text().splitlines()
+        if line.startswith("worker started")
+    ]
     assert len(held) >= len(CONFIGURATIONS)
     assert len(loads) == len(held)
+    assert len(starts) == len({(kind, slot) for kind, slot, _, _ in held})
     assert not wait_until_no_worker()
 
 

@@ -1,14 +1,16 @@
 """
-Warm estimator workers: the expensive start (imports, device initialisation, loading
-the encoder and the diffusion model) happens once per (slot, configuration) in a run,
-not once per image.
+Warm estimator workers: the expensive start happens once per slot (imports, device
+initialisation) and once per (slot, configuration) (loading the encoder and the
+diffusion model) in a run, not once per image.
 
 A per-image job holds a slot (a GPU, or a share of the CPU; `multigeom_workflow.gpus`)
-and hands its image to the worker bound to that slot and its configuration, over a
-Unix socket; it starts the worker when there is none. The worker computes with the same
-code as a cold job (`multigeom_workflow.estimate.estimate_to_file`, same thread count),
-so the per-image file holds the same tensors. Only the job holding the slot talks to
-its workers, so a worker serves one request at a time.
+and hands its image, with the identity of its configuration's models, to the worker
+bound to that slot, over a Unix socket; it starts the worker when there is none. The
+worker keeps the models of the last `MAX_MODELS` configurations it served loaded, so a
+slot that alternates between configurations does not reload them. It computes with the
+same code as a cold job (`multigeom_workflow.estimate.estimate_request`, same thread
+count), so the per-image file holds the same tensors. Only the job holding the slot
+talks to its worker, so a worker serves one request at a time.
 
 A worker ends when the Snakemake process that started the run ends (it watches its
 pid: success, failure, Ctrl-C or a kill), and after `IDLE_S` seconds without work. It
@@ -30,19 +32,29 @@ from pathlib import Path
 
 from .gpus import lock_dir
 
-__all__ = ["IDLE_S", "model_spec", "request_estimate", "serve", "worker_socket"]
+__all__ = [
+    "IDLE_S",
+    "MAX_MODELS",
+    "model_spec",
+    "request_estimate",
+    "serve",
+    "slot_spec",
+    "worker_socket",
+]
 
 #: Seconds a worker waits for work before it ends.
 IDLE_S = 120.0
+#: Configurations whose models a worker keeps loaded (least recently used goes first):
+#: the paper's four fit on one GPU (a 68M-parameter UNet and an encoder each).
+MAX_MODELS = 4
 #: Seconds a job waits for a new worker to load its models.
 START_TIMEOUT_S = 900.0
 
 
 def worker_socket(spec: dict) -> Path:
     """
-    The socket of the worker for `spec` (slot, device, threads, absolute checkpoint
-    paths and their modification times, diffusion settings): one per distinct spec,
-    shared by every run of the user on this machine.
+    The socket of the worker for `spec` (`slot_spec`: slot, device, threads): one per
+    distinct spec, shared by every run of the user on this machine.
     """
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
     folder = lock_dir() / "workers"
@@ -53,18 +65,22 @@ def worker_socket(spec: dict) -> Path:
     return path
 
 
-def model_spec(
-    slot_key: str, device: str, threads: int, encoder: str, diffusion: str, settings
-) -> dict:
-    """What identifies a worker's models: see `worker_socket`."""
+def slot_spec(slot_key: str, device: str, threads: int) -> dict:
+    """What identifies a worker: its slot (``gpu0``, ``cpu1``), device, thread count."""
+    return {"slot": slot_key, "device": device, "threads": int(threads)}
+
+
+def model_spec(encoder: str, diffusion: str, settings) -> dict:
+    """
+    What identifies a configuration's models: the absolute checkpoint paths, their
+    modification times (a rewritten checkpoint is loaded again) and the diffusion
+    settings.
+    """
     files = {
         k: Path(v).resolve()
         for k, v in (("encoder", encoder), ("diffusion", diffusion))
     }
     return {
-        "slot": slot_key,
-        "device": device,
-        "threads": int(threads),
         **{k: str(p) for k, p in files.items()},
         **{f"{k}_mtime": p.stat().st_mtime_ns for k, p in files.items()},
         "diffusion_settings": settings,
@@ -89,7 +105,13 @@ def _tail(path: Path, n: int = 15) -> str:
 
 
 def request_estimate(
-    spec: dict, request: dict, *, log: Path, watch_pid: int, idle_s: float = IDLE_S
+    spec: dict,
+    models: dict,
+    request: dict,
+    *,
+    log: Path,
+    watch_pid: int,
+    idle_s: float = IDLE_S,
 ) -> dict:
     """
     Hand one image to the worker of `spec`, starting it if there is none, and wait for
@@ -98,7 +120,9 @@ def request_estimate(
     Parameters
     ----------
     spec : dict
-        From `model_spec`.
+        The worker, from `slot_spec`.
+    models : dict
+        The configuration's models, from `model_spec`.
     request : dict
         Arguments of `estimate_to_file`: ``image``, ``index``, ``out`` (absolute
         paths), ``estimator``, ``encoder_name``, ``area``; and ``settings_files``,
@@ -149,7 +173,7 @@ def request_estimate(
             time.sleep(0.1)
             sock = _connect(path)
     with sock, sock.makefile("rw") as stream:
-        stream.write(json.dumps(request) + "\n")
+        stream.write(json.dumps({**request, "models": models}) + "\n")
         stream.flush()
         answer = stream.readline()
     if not answer:
@@ -174,23 +198,41 @@ def _alive(pid: int) -> bool:
 
 def serve(path: Path, spec: dict, watch_pid: int, idle_s: float = IDLE_S) -> None:
     """
-    The worker: load the models of `spec` once, then answer requests on the Unix
-    socket `path` until `watch_pid` ends or `idle_s` seconds pass without a request.
+    The worker of slot `spec`: import torch and set up the device once, then answer
+    requests on the Unix socket `path`, loading a configuration's models the first
+    time they are asked for (keeping the `MAX_MODELS` most recently used), until
+    `watch_pid` ends or `idle_s` seconds pass without a request.
     """
+    from collections import OrderedDict
+
     import torch
 
     from .estimate import estimate_request, load_models
 
     torch.set_num_threads(spec["threads"])
-    t0 = time.monotonic()
-    models = load_models(
-        spec["encoder"], spec["diffusion"], spec["diffusion_settings"], spec["device"]
-    )
-    print(
-        f"models loaded: {spec['encoder']} and {spec['diffusion']} on {spec['device']}"
-        f" in {time.monotonic() - t0:.1f} s (pid {os.getpid()})",
-        flush=True,
-    )
+    print(f"worker started on {spec['device']} (pid {os.getpid()})", flush=True)
+    cache: OrderedDict[str, object] = OrderedDict()
+
+    def models_for(m: dict):
+        key = json.dumps(m, sort_keys=True)
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        while len(cache) >= MAX_MODELS:
+            cache.popitem(last=False)
+            if spec["device"].startswith("cuda"):
+                torch.cuda.empty_cache()
+        t0 = time.monotonic()
+        cache[key] = load_models(
+            m["encoder"], m["diffusion"], m["diffusion_settings"], spec["device"]
+        )
+        print(
+            f"models loaded: {m['encoder']} and {m['diffusion']} on {spec['device']}"
+            f" in {time.monotonic() - t0:.1f} s",
+            flush=True,
+        )
+        return cache[key]
+
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     path.unlink(missing_ok=True)
     server.bind(str(path))
@@ -207,7 +249,7 @@ def serve(path: Path, spec: dict, watch_pid: int, idle_s: float = IDLE_S) -> Non
                 request = json.loads(stream.readline())
                 t = time.monotonic()
                 try:
-                    estimate_request(models, request)
+                    estimate_request(models_for(request.pop("models")), request)
                     reply = {"ok": True, "seconds": time.monotonic() - t}
                 except Exception as err:  # reported to the job, which fails
                     reply = {"ok": False, "error": f"{type(err).__name__}: {err}"}
