@@ -86,6 +86,7 @@ def test_one_container_per_shard_with_the_profiles_gpu(modal_run):
     # 8 per-image jobs in 3 shards (3, 3, 2 images); every other rule ran locally
     assert len(calls) == 3
     assert {c["gpu"] for c in calls} == {"A100-80GB"}
+    assert {c["cpu"] for c in calls} == {1.0}  # the per-image rule's threads
     targets = sorted(len(c["args"][0]["job_outputs"]) for c in calls)
     assert targets == [2, 3, 3]
     steps = calls[0]["image_steps"]

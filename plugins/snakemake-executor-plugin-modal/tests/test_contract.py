@@ -22,7 +22,9 @@ CALLS = [
     (
         "App.function",
         ("self",),
-        dict(image=None, gpu="A100", timeout=60, volumes={}, serialized=True),
+        dict(
+            image=None, gpu="A100", cpu=2.0, timeout=60, volumes={}, serialized=True
+        ),
     ),
     ("App.run", ("self",), {}),
     ("Function.spawn", ("self", {"spec": 1}), {}),

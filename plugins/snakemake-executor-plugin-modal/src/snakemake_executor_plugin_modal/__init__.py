@@ -9,6 +9,7 @@ Credentials come from Modal's own configuration (``modal token new``, or the
 passes them to jobs, logs or the volume.
 """
 
+import asyncio
 import math
 import os
 import re
@@ -165,9 +166,10 @@ class Executor(RemoteExecutor):
         spec = self.job_spec(job)
         self.stager.upload(spec["stage"])
         call = ContainerCall(
-            name=f"snakemake-{self.get_jobname(job)}",
+            name=re.sub(r"[^A-Za-z0-9-]+", "-", f"snakemake-{self.get_jobname(job)}"),
             image=self.image,
             gpu=gpu,
+            cpu=float(max(j.threads for j in _members(job))),
             timeout_s=runtime_s or self.settings.timeout,
             volume=self.volume,
             spec=spec,
@@ -256,26 +258,18 @@ class Executor(RemoteExecutor):
     # -- status -----------------------------------------------------------------
 
     async def check_active_jobs(self, active_jobs):
+        # Modal's client calls block: they run in threads, not in Snakemake's event loop
         for job_info in active_jobs:
             async with self.status_rate_limiter:
                 call = self._calls[job_info.external_jobid]
-                outcome = call.poll()
+                outcome = await asyncio.to_thread(call.poll)
             if outcome is None:
                 yield job_info
                 continue
             del self._calls[job_info.external_jobid]
             self.ledger.add(call.gpu, call.seconds)
-            spec = job_info.aux["spec"]
             try:
-                if outcome.ok:
-                    self.stager.download(spec["job_outputs"])
-                    extra = set(spec["outputs"]) - set(spec["job_outputs"])
-                    self.stager.download([*sorted(extra), spec["log"]], missing_ok=True)
-                else:
-                    # logs help more than anything when a job failed; outputs of a
-                    # failed job are not kept (Snakemake would delete them anyway)
-                    logs = [str(f) for f in job_info.job.log]
-                    self.stager.download([*logs, spec["log"]], missing_ok=True)
+                await asyncio.to_thread(self.fetch_results, job_info, outcome.ok)
             except Exception as e:
                 outcome.ok = False
                 outcome.message = f"could not download the job's files: {e}"
@@ -286,6 +280,21 @@ class Executor(RemoteExecutor):
                     job_info,
                     msg=f"Modal call {job_info.external_jobid}: {outcome.message}\n",
                 )
+
+    def fetch_results(self, job_info, ok: bool) -> None:
+        """
+        Download a finished job's files: after success its outputs (all required),
+        logs, benchmarks and container log; after a failure its logs only (Snakemake
+        deletes a failed job's outputs anyway).
+        """
+        spec = job_info.aux["spec"]
+        if ok:
+            self.stager.download(spec["job_outputs"])
+            extra = set(spec["outputs"]) - set(spec["job_outputs"])
+            self.stager.download([*sorted(extra), spec["log"]], missing_ok=True)
+        else:
+            logs = [relative_to_workdir(f, self.workdir) for f in job_info.job.log]
+            self.stager.download([*logs, spec["log"]], missing_ok=True)
 
     def cancel_jobs(self, active_jobs):
         for job_info in active_jobs:

@@ -53,6 +53,8 @@ class ContainerCall:
     image : modal.Image
     gpu : GpuRequest or None
         None: a CPU-only container.
+    cpu : float
+        CPU cores reserved for the container (the job's threads).
     timeout_s : int
         Seconds after which Modal stops the container.
     volume : modal.Volume
@@ -60,7 +62,9 @@ class ContainerCall:
         Argument of :func:`~snakemake_executor_plugin_modal.container.run_job`.
     """
 
-    def __init__(self, name, image, gpu: GpuRequest | None, timeout_s, volume, spec):
+    def __init__(
+        self, name, image, gpu: GpuRequest | None, cpu: float, timeout_s, volume, spec
+    ):
         import modal
 
         self.gpu = gpu
@@ -69,6 +73,7 @@ class ContainerCall:
         function = app.function(
             image=image,
             gpu=gpu.modal_spec if gpu else None,
+            cpu=cpu,
             timeout=int(timeout_s),
             volumes={MOUNT: volume},
             serialized=True,
