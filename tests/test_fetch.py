@@ -12,6 +12,7 @@ import zipfile
 
 import pytest
 import torch
+from conftest import REPO
 from fakes import FileServer, hub_path, tinyimagenet_zip
 
 from multigeom_workflow.fetch import (
@@ -237,3 +238,15 @@ def test_sources_agree_with_upstream_and_the_schema():
     assert test_images["urls"]["default"] == list(TINYIMAGENET_URLS)
     assert TINYIMAGENET_BYTES == download.TINYIMAGENET_BYTES
     assert test_images["archive_bytes"]["default"] == TINYIMAGENET_BYTES
+
+
+def test_modal_image_caches_the_backbone_weights_a_run_needs():
+    """The Modal profile builds into the container image the torchvision weights the
+    paper's encoders need (a container has no other way to get them)."""
+    import yaml
+
+    from multigeom_workflow.fetch import BACKBONE_WEIGHTS
+
+    profile = yaml.safe_load((REPO / "profiles/modal/profile.yaml").read_text())
+    expected = sorted(command for _, command in BACKBONE_WEIGHTS.values())
+    assert sorted(profile["modal-image-commands"]) == expected

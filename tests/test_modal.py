@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
 FAKE_MODAL = (
     REPO / "plugins" / "snakemake-executor-plugin-modal" / "tests" / "fake_modal"
 )
-SECRET = "modal-secret-value-7f3a9c"
+# Made at run time, so that it is not in the sources the plugin uploads.
+SECRET = "modal-secret-" + uuid.uuid4().hex
 TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
 
 

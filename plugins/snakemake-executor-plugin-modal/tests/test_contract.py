@@ -22,9 +22,7 @@ CALLS = [
     (
         "App.function",
         ("self",),
-        dict(
-            image=None, gpu="A100", cpu=2.0, timeout=60, volumes={}, serialized=True
-        ),
+        dict(image=None, gpu="A100", cpu=2.0, timeout=60, volumes={}, serialized=True),
     ),
     ("App.run", ("self",), {}),
     ("Function.spawn", ("self", {"spec": 1}), {}),
@@ -32,6 +30,7 @@ CALLS = [
     ("FunctionCall.cancel", ("self",), {"terminate_containers": True}),
     ("Image.debian_slim", (), {"python_version": "3.11"}),
     ("Image.pip_install", ("self", "snakemake==9.0"), {}),
+    ("Image.run_commands", ("self", "echo cached"), {}),
     ("Image.add_local_python_source", ("self", "snakemake_executor_plugin_modal"), {}),
     ("Volume.from_name", ("vol",), {"create_if_missing": True}),
     ("Volume.listdir", ("self", "prefix"), {"recursive": True}),
@@ -85,11 +84,43 @@ def test_used_attributes_exist(backend, name):
     resolve(backend, name)
 
 
-def test_timeout_of_get_is_modals_own_error():
+def test_get_timeout_raises_pythons_timeout_error():
+    """
+    ``FunctionCall.get(timeout=0)`` on a running call raises Python's ``TimeoutError``
+    (not ``modal.exception.TimeoutError``, a different class): the plugin takes both
+    as "still running". Read from the installed source of ``_FunctionCall.get``.
+    """
     modal = real_modal()
-    assert issubclass(
-        modal.exception.FunctionTimeoutError, modal.exception.TimeoutError
-    )
+    from modal import _functions
+
+    source = inspect.getsource(_functions)
+    assert "raise TimeoutError()" in source
+    assert "TimeoutError" not in _imported_from_exception(source)
+    assert not issubclass(modal.exception.TimeoutError, TimeoutError)
+
+
+def _imported_from_exception(source: str) -> str:
+    tree = ast.parse(source)
+    names = [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").endswith("exception")
+        for alias in node.names
+    ]
+    return " ".join(names)
+
+
+def test_poll_takes_pythons_timeout_error_as_running():
+    from snakemake_executor_plugin_modal.calls import ContainerCall
+
+    class Running:
+        def get(self, timeout=None):
+            raise TimeoutError()
+
+    call = ContainerCall.__new__(ContainerCall)
+    call.call, call.timeout_s, call._run = Running(), 60, None
+    assert call.poll() is None
 
 
 def test_upload_context_offers_put_file():

@@ -68,14 +68,13 @@ def test_pinned_requirements():
 
 def test_incomplete_marker_is_snakemakes_own(tmp_path):
     stub = types.SimpleNamespace(_fetch_max_len=lambda subject: 255)
-    for rel in ["runs/per_image/a/b/img0001.pt", "x/" * 150 + "long.txt"]:
-        marker = FilePersistence._record_path(
-            stub, str(tmp_path / ".snakemake" / "incomplete"), rel
-        )
-        assert not _incomplete(tmp_path, rel)
+    records = tmp_path / "snakemake1234" / "persistence" / "incomplete"
+    for key in ["runs/per_image/a/b/img0001.pt", "x/" * 150 + "long.txt"]:
+        marker = FilePersistence._record_path(stub, str(records), key)
+        assert not _incomplete([records], key)
         Path(marker).parent.mkdir(parents=True, exist_ok=True)
         Path(marker).touch()
-        assert _incomplete(tmp_path, rel)
+        assert _incomplete([records], key)
 
 
 def test_relative_to_workdir(tmp_path):

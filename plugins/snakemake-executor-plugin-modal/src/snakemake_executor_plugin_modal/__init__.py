@@ -13,6 +13,7 @@ import asyncio
 import math
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
@@ -34,6 +35,8 @@ from .staging import VolumeStager, relative_to_workdir
 __all__ = ["Executor", "ExecutorSettings", "common_settings"]
 
 _DIRECTORY_ARG = re.compile(r"--directory (?:'[^']*'|\"[^\"]*\"|\S+)")
+#: Modal's longest function timeout, seconds (24 h).
+MAX_TIMEOUT_S = 86400
 #: Environment variables never passed to a job, whatever ``--envvars`` says.
 SECRET_ENVVARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
 
@@ -41,6 +44,11 @@ SECRET_ENVVARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
 def _words(value) -> list[str]:
     """A list setting from the command line (a list) or a profile (a list or words)."""
     return value.split() if isinstance(value, str) else [str(v) for v in value]
+
+
+def _lines(value) -> list[str]:
+    """A list of commands: each is one string (words are not split)."""
+    return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
 @dataclass
@@ -107,6 +115,16 @@ class ExecutorSettings(ExecutorSettingsBase):
             "unparse_func": _words,
         },
     )
+    image_commands: Optional[List[str]] = field(
+        default=None,
+        metadata={
+            "help": "--modal-image-commands: shell commands run when the container "
+            "image is built, after the pip installs (e.g. to cache model weights).",
+            "nargs": "+",
+            "parse_func": _lines,
+            "unparse_func": _lines,
+        },
+    )
     sync_seconds: int = field(
         default=30,
         metadata={
@@ -136,6 +154,15 @@ class Executor(RemoteExecutor):
         import modal
 
         self.settings: ExecutorSettings = self.workflow.executor_settings
+        provider = getattr(
+            self.workflow.storage_settings, "default_storage_provider", None
+        )
+        if provider:
+            raise WorkflowError(
+                f"--default-storage-provider {provider}: the Modal executor moves "
+                "files through its own volume and does not install storage plugins "
+                "in the container; run without a default storage provider"
+            )
         if self.settings.gpu is not None:
             try:
                 parse_gpu(self.settings.gpu)
@@ -148,18 +175,23 @@ class Executor(RemoteExecutor):
         )
         self.stager = VolumeStager(self.volume, prefix, self.workdir)
         self.image = container_image(
-            self.settings.pip or [], self.settings.local_packages or []
+            self.settings.pip or [],
+            self.settings.local_packages or [],
+            self.settings.image_commands or [],
         )
         self.ledger = Ledger(self.settings.max_cost_usd)
         self._sources: list[str] | None = None
         self._calls: dict[str, ContainerCall] = {}
+        self._calls_lock = threading.Lock()
 
     # -- submission -------------------------------------------------------------
 
     def run_job(self, job):
         gpu = self.gpu_request(job)
         runtime_s = _runtime_seconds(job)
-        refusal = self.ledger.refusal(gpu, runtime_s)
+        with self._calls_lock:
+            running_usd = sum(c.cost_usd for c in self._calls.values())
+        refusal = self.ledger.refusal(gpu, runtime_s, running_usd)
         if refusal is not None:
             self.report_job_error(SubmittedJobInfo(job), msg=refusal)
             return
@@ -170,11 +202,12 @@ class Executor(RemoteExecutor):
             image=self.image,
             gpu=gpu,
             cpu=float(max(j.threads for j in _members(job))),
-            timeout_s=runtime_s or self.settings.timeout,
+            timeout_s=min(runtime_s or self.settings.timeout, MAX_TIMEOUT_S),
             volume=self.volume,
             spec=spec,
         )
-        self._calls[call.call_id] = call
+        with self._calls_lock:
+            self._calls[call.call_id] = call
         self.report_job_submission(
             SubmittedJobInfo(job, external_jobid=call.call_id, aux={"spec": spec})
         )
@@ -189,8 +222,12 @@ class Executor(RemoteExecutor):
             )
         rel = lambda files: [relative_to_workdir(f, self.workdir) for f in files]  # noqa: E731
         members = _members(job)
-        # a group's intermediate files are outputs too: Snakemake checks them all
-        outputs = rel(f for j in members for f in j.output)
+        # a group's intermediate files are outputs too: synced and downloaded
+        outputs = [
+            [relative_to_workdir(f, self.workdir), str(f)]
+            for j in members
+            for f in j.output
+        ]
         results = rel([*(f for j in members for f in j.log), *_benchmarks(members)])
         return {
             "mount": MOUNT,
@@ -199,8 +236,11 @@ class Executor(RemoteExecutor):
             "stage": sorted(set(self._sources) | set(rel(job.input))),
             "command": self.format_job_exec(job),
             "env": self.job_env(),
-            "outputs": sorted(set(outputs) | set(results)),
-            "job_outputs": outputs,
+            "outputs": outputs,
+            # what Snakemake checks after the job: a group's outputs not consumed
+            # inside it (intermediates may be temp() files deleted in the container)
+            "job_outputs": sorted(set(rel(job.output))),
+            "results": sorted(set(results)),
             "log": JOB_LOG.format(name=self.get_jobname(job)),
             "sync_every_s": self.settings.sync_seconds,
         }
@@ -260,13 +300,17 @@ class Executor(RemoteExecutor):
     async def check_active_jobs(self, active_jobs):
         # Modal's client calls block: they run in threads, not in Snakemake's event loop
         for job_info in active_jobs:
+            with self._calls_lock:
+                call = self._calls.get(job_info.external_jobid)
+            if call is None:  # cancelled meanwhile
+                continue
             async with self.status_rate_limiter:
-                call = self._calls[job_info.external_jobid]
                 outcome = await asyncio.to_thread(call.poll)
             if outcome is None:
                 yield job_info
                 continue
-            del self._calls[job_info.external_jobid]
+            with self._calls_lock:
+                self._calls.pop(job_info.external_jobid, None)
             self.ledger.add(call.gpu, call.seconds)
             try:
                 await asyncio.to_thread(self.fetch_results, job_info, outcome.ok)
@@ -290,18 +334,22 @@ class Executor(RemoteExecutor):
         spec = job_info.aux["spec"]
         if ok:
             self.stager.download(spec["job_outputs"])
-            extra = set(spec["outputs"]) - set(spec["job_outputs"])
-            self.stager.download([*sorted(extra), spec["log"]], missing_ok=True)
+            others = {rel for rel, _ in spec["outputs"]} - set(spec["job_outputs"])
+            self.stager.download(
+                [*sorted(others), *spec["results"], spec["log"]], missing_ok=True
+            )
         else:
             logs = [relative_to_workdir(f, self.workdir) for f in job_info.job.log]
             self.stager.download([*logs, spec["log"]], missing_ok=True)
 
     def cancel_jobs(self, active_jobs):
-        for job_info in active_jobs:
-            call = self._calls.pop(job_info.external_jobid, None)
-            if call is not None:
-                call.cancel()
-                self.ledger.add(call.gpu, call.seconds)
+        # Every running call, not only `active_jobs`: Snakemake's list leaves out the
+        # calls being checked at this moment.
+        with self._calls_lock:
+            calls, self._calls = list(self._calls.values()), {}
+        for call in calls:
+            call.cancel()
+            self.ledger.add(call.gpu, call.seconds)
 
     def shutdown(self):
         super().shutdown()

@@ -97,8 +97,9 @@ class ContainerCall:
         """
         The outcome if the call has ended, else None; never blocks.
 
-        Uses ``FunctionCall.get(timeout=0)``, which raises ``modal.exception
-        .TimeoutError`` while the call runs.
+        Uses ``FunctionCall.get(timeout=0)``, which raises Python's ``TimeoutError``
+        while the call runs (``modal._functions``, Modal 1.x); Modal's own
+        ``modal.exception.TimeoutError`` is taken the same way.
         """
         import modal.exception
 
@@ -108,7 +109,7 @@ class ContainerCall:
             outcome = Outcome(
                 False, f"the container ran past its timeout of {self.timeout_s} s"
             )
-        except modal.exception.TimeoutError:
+        except (TimeoutError, modal.exception.TimeoutError):
             return None
         except Exception as e:  # a remote exception, a preempted or lost container
             outcome = Outcome(False, f"the Modal call failed: {type(e).__name__}: {e}")
@@ -143,6 +144,13 @@ class ContainerCall:
     def seconds(self) -> float:
         """Wall-clock seconds from submission to the end (or now), what Modal bills."""
         return (self.ended or time.monotonic()) - self.started
+
+    @property
+    def cost_usd(self) -> float:
+        """USD of the GPUs so far (0 for a CPU-only container or an unknown type)."""
+        if self.gpu is None or math.isnan(self.gpu.usd_per_second):
+            return 0.0
+        return self.gpu.usd_per_second * self.seconds
 
 
 @dataclass
@@ -187,20 +195,27 @@ class Ledger:
             runtime_s = sum(calls) / len(calls) if calls else 0.0
         return gpu.usd_per_second * runtime_s
 
-    def refusal(self, gpu: GpuRequest | None, runtime_s: float | None) -> str | None:
+    def refusal(
+        self,
+        gpu: GpuRequest | None,
+        runtime_s: float | None,
+        running_usd: float = 0.0,
+    ) -> str | None:
         """
         Why the next job must not be submitted, or None if it may.
 
-        The rule: spent + expected cost of the next job > ``max_cost_usd``.
+        The rule: spent by finished calls + spent so far by running calls
+        (`running_usd`) + expected cost of the next job > ``max_cost_usd``.
         """
         if self.max_cost_usd is None:
             return None
+        spent = self.cost_usd + running_usd
         expected = self.expected_cost(gpu, runtime_s)
-        if self.cost_usd + expected > self.max_cost_usd:
+        if spent + expected > self.max_cost_usd:
             return (
-                f"--modal-max-cost-usd {self.max_cost_usd:g}: {self.cost_usd:.2f} USD "
+                f"--modal-max-cost-usd {self.max_cost_usd:g}: {spent:.2f} USD "
                 f"spent, the next job would bring it to about "
-                f"{self.cost_usd + expected:.2f} USD; not submitting it (raise the "
+                f"{spent + expected:.2f} USD; not submitting it (raise the "
                 "limit to go on; finished outputs are kept)"
             )
         return None

@@ -38,16 +38,18 @@ def run_job(spec: dict) -> dict:
         (this working directory's folder on the volume), ``stage`` (paths relative to
         the working directory to copy from the volume before the job: workflow sources
         and the job's inputs), ``command`` (the shell command), ``env`` (extra
-        environment variables), ``outputs`` (paths the job writes: outputs, logs,
-        benchmarks), ``log`` (where to write the job's stdout and stderr), and
+        environment variables), ``outputs`` (``[path, key]`` pairs: the outputs of the
+        job's rules, relative to the working directory, and the key Snakemake records
+        them under), ``results`` (logs and benchmark files, copied once the command
+        has ended), ``log`` (where to write the job's stdout and stderr), and
         ``sync_every_s`` (seconds between commits of finished outputs while it runs).
 
     Returns
     -------
     dict
         ``returncode`` (int), ``seconds`` (float, wall-clock of the command),
-        ``log_tail`` (str, the last 40 lines of the job's log), ``synced`` (paths now
-        on the volume).
+        ``log_tail`` (str, the last 40 lines of the job's log), ``synced`` (outputs
+        now on the volume).
     """
     import modal
 
@@ -59,14 +61,18 @@ def run_job(spec: dict) -> dict:
 
     log = work / spec["log"]
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **spec.get("env", {})}
+    # Snakemake keeps the records of a remote run (which outputs are being written) in
+    # a temporary folder: under TMPDIR, so that the syncs below can read them.
+    tmp = work / ".snakemake" / "modal-tmp"
+    tmp.mkdir(parents=True)
+    env = {**os.environ, **spec.get("env", {}), "TMPDIR": str(tmp)}
+    outputs = [tuple(pair) for pair in spec["outputs"]]
     started = time.monotonic()
     done = threading.Event()
     synced: set[str] = set()
 
-    def sync() -> None:
-        changed = _sync_finished(work, root, spec["outputs"], synced)
-        if changed:
+    def sync(ended: bool = False) -> None:
+        if _sync_finished(work, root, tmp, outputs, synced, ended):
             volume.commit()
 
     def sync_periodically() -> None:
@@ -87,8 +93,17 @@ def run_job(spec: dict) -> dict:
     seconds = time.monotonic() - started
     done.set()
     syncer.join()
+    sync(ended=True)
+    # An output synced while its job ran, then deleted by Snakemake because that job
+    # failed, must not stay on the volume.
+    for rel in sorted(synced):
+        if not (work / rel).exists():
+            _remove(root / rel)
+            synced.discard(rel)
+    for rel in spec.get("results", []):
+        if (work / rel).exists():
+            _copy_atomically(work / rel, root / rel)
     _copy_atomically(log, root / spec["log"])
-    sync()
     volume.commit()
     tail = log.read_text(errors="replace").splitlines()[-40:]
     return {
@@ -99,11 +114,27 @@ def run_job(spec: dict) -> dict:
     }
 
 
-def _sync_finished(work: Path, root: Path, paths: list[str], synced: set[str]) -> bool:
-    """Copy the finished, not yet copied files among ``paths`` to the volume."""
+def _sync_finished(
+    work: Path,
+    root: Path,
+    tmp: Path,
+    outputs: list[tuple[str, str]],
+    synced: set[str],
+    ended: bool,
+) -> bool:
+    """
+    Copy the finished, not yet copied outputs to the volume; True if any. While the
+    command runs, an output is finished when Snakemake no longer marks it incomplete;
+    once it has ended, every output left is (Snakemake deletes those of failed jobs).
+    """
+    records = sorted(tmp.glob("snakemake*/persistence/incomplete"))
+    if not ended and not records:  # no job started yet (or records kept elsewhere)
+        return False
     changed = False
-    for rel in paths:
-        if rel in synced or not (work / rel).exists() or _incomplete(work, rel):
+    for rel, key in outputs:
+        if rel in synced or not (work / rel).exists():
+            continue
+        if not ended and _incomplete(records, key):
             continue
         _copy_atomically(work / rel, root / rel)
         synced.add(rel)
@@ -111,19 +142,27 @@ def _sync_finished(work: Path, root: Path, paths: list[str], synced: set[str]) -
     return changed
 
 
-def _incomplete(work: Path, rel: str) -> bool:
+def _incomplete(records: list[Path], key: str) -> bool:
     """
-    Whether Snakemake still marks the output ``rel`` as being written.
+    Whether Snakemake still marks the output recorded under ``key`` as being written.
 
     Snakemake's file persistence records a started output as the file
-    ``.snakemake/incomplete/<urlsafe base64 of the path>``, cut into folder names of at
-    most 254 characters, all but the last prefixed with ``@``
-    (``snakemake.persistence.file``, Snakemake 9).
+    ``<records>/<urlsafe base64 of the key>``, cut into folder names of at most 254
+    characters, all but the last prefixed with ``@``; in a remote job the records are
+    in ``$TMPDIR/snakemake*/persistence/incomplete`` (``snakemake.persistence.file``
+    and ``snakemake.workflow``, Snakemake 9).
     """
-    b64 = base64.urlsafe_b64encode(rel.encode()).decode()
+    b64 = base64.urlsafe_b64encode(key.encode()).decode()
     parts = [b64[i : i + 254] for i in range(0, len(b64), 254)]
     parts = ["@" + p for p in parts[:-1]] + parts[-1:]
-    return work.joinpath(".snakemake", "incomplete", *parts).exists()
+    return any(folder.joinpath(*parts).exists() for folder in records)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _copy(src: Path, dst: Path) -> None:

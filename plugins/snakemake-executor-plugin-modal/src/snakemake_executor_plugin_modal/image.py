@@ -60,7 +60,9 @@ def pinned_requirements(requirements: list[str]) -> list[str]:
     return sorted(pinned)
 
 
-def container_image(requirements: list[str], local_packages: list[str]):
+def container_image(
+    requirements: list[str], local_packages: list[str], commands: list[str] = ()
+):
     """
     The ``modal.Image`` every job of the run uses.
 
@@ -71,6 +73,9 @@ def container_image(requirements: list[str], local_packages: list[str]):
     local_packages : list of str
         Importable names of local packages to copy into the image
         (``--modal-local-packages``), e.g. a workflow's own package.
+    commands : list of str
+        Shell commands run when the image is built, after the pip installs
+        (``--modal-image-commands``), e.g. to cache model weights in the image.
 
     Returns
     -------
@@ -81,8 +86,11 @@ def container_image(requirements: list[str], local_packages: list[str]):
     import modal
 
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return (
-        modal.Image.debian_slim(python_version=python)
-        .pip_install(*pinned_requirements(requirements))
-        .add_local_python_source("snakemake_executor_plugin_modal", *local_packages)
+    image = modal.Image.debian_slim(python_version=python).pip_install(
+        *pinned_requirements(requirements)
+    )
+    if commands:
+        image = image.run_commands(*commands)
+    return image.add_local_python_source(
+        "snakemake_executor_plugin_modal", *local_packages
     )

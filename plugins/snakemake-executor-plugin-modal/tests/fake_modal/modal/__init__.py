@@ -152,6 +152,13 @@ class Image:
             flat.extend([p] if isinstance(p, str) else list(p))
         return self._with({"op": "pip_install", "packages": flat})
 
+    def run_commands(self, *commands: str | list[str], **_ignored: Any) -> Image:
+        """Record build commands (the fake builds nothing)."""
+        flat: list[str] = []
+        for c in commands:
+            flat.extend([c] if isinstance(c, str) else list(c))
+        return self._with({"op": "run_commands", "commands": flat})
+
     def add_local_python_source(
         self, *modules: str, copy: bool = False, **_ignored: Any
     ) -> Image:
@@ -516,7 +523,9 @@ class FunctionCall:
         Raises if the call failed.
         """
         if not self._done.wait(timeout):
-            raise exception.TimeoutError(
+            # real Modal 1.x raises Python's TimeoutError here (modal._functions),
+            # not modal.exception.TimeoutError
+            raise TimeoutError(
                 f"function call {self._id} still running after {timeout}s"
             )
         result_path = self._cdir / "result.json"
