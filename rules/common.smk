@@ -17,7 +17,7 @@ except ImportError as err:
     ) from None
 
 try:  # the schema (config/schemas/config.schema.yaml), then the file-system checks
-    SCENARIO = validated_scenario(config, workflow.basedir)
+    SCENARIO = validated_scenario(config, workflow.basedir, workflow.remote_exec)
 except ConfigError as err:
     # One line on stderr and exit status 1, before any job: Snakemake would wrap a
     # raised error in a traceback of the rule files.

@@ -27,6 +27,13 @@ onstart:
     # The executor's --modal-gpu (the profile's) prices the run when it is set.
     plugin = workflow.executor_plugin
     if plugin is not None and getattr(plugin, "name", None) == "modal":
+        if SCENARIO.test_source == "folder":
+            sys.exit(
+                "config error: config key 'test_images.source' = 'folder': not "
+                "supported on Modal (a container holds only its shard's images, so "
+                "the folder's order cannot be read there); use tinyimagenet or demo, "
+                "or run locally"
+            )
         gpu = getattr(workflow.executor_settings, "gpu", None)
         modal = _estimates(progress(SCENARIO), gpu)[1]
         problem = budget_problem(modal, SCENARIO.modal["max_cost_usd"])

@@ -119,3 +119,18 @@ def test_the_modal_token_is_never_written_or_passed(modal_run):
     for c in calls:
         assert "MODAL_TOKEN_SECRET" not in c["args"][0]["env"]
         assert "MODAL_TOKEN_SECRET" not in c["env_keys"]
+
+
+def test_a_folder_of_test_images_is_refused_before_any_container(tiny_run, tmp_path):
+    work = workflow_copy(tmp_path / "wf")
+    shutil.copytree(tiny_run / "runs" / "demo" / "test_images", work / "photos")
+    fake_dir = tmp_path / "fake-modal"
+    fake_dir.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(FAKE_MODAL), "FAKE_MODAL_DIR": str(fake_dir)}
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/modal"]
+    cmd += ["--configfile", str(work / "tests" / "data" / TINY_CONFIG.name)]
+    cmd += ["--config", "test_images={source: folder, path: photos}", "--cores", "2"]
+    result = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "config error: config key 'test_images.source' = 'folder'" in result.stderr
+    assert not (fake_dir / "calls.jsonl").exists()

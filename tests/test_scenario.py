@@ -222,3 +222,24 @@ def test_hub_checkpoints_need_no_file_but_own_paths_do(tmp_path, monkeypatch):
         load_scenario(config(configs=[own], checkpoints=hub), REPO)
     with pytest.raises(ConfigError, match="or set checkpoints.source: hub"):
         load_scenario(config(configs=[{"encoder": "onoff", "area": "V1"}]), REPO)
+
+
+def test_remote_job_scenario_needs_only_its_own_files(tmp_path, monkeypatch):
+    """A job Snakemake runs in a Modal container holds only its shard's files: the
+    checkpoints of other configurations are not checked there, TinyImageNet images
+    take their known names (the order of a complete folder), a folder is refused."""
+    from multigeom_workflow.fetch import tinyimagenet_val_files
+
+    monkeypatch.chdir(tmp_path)
+    make_tinyimagenet(tmp_path / "data")
+    paper = [{"encoder": "onoff", "area": "V1"}, {"encoder": "onoff", "area": "V4"}]
+    partial = {"source": "tinyimagenet", "path": str(tmp_path / "nothing-here")}
+    cfg = config(configs=paper, test_images=partial, n_images=4)
+    with pytest.raises(ConfigError):  # locally: missing checkpoints and folder
+        load_scenario(cfg, REPO)
+    s = load_scenario(cfg, REPO, remote=True)
+    assert s.test_image_files == tuple(tinyimagenet_val_files(partial["path"]))
+    assert len(s.configurations) == 2
+    folder = {"source": "folder", "path": str(tmp_path / "data")}
+    with pytest.raises(ConfigError, match="not supported with a remote executor"):
+        load_scenario(config(test_images=folder), REPO, remote=True)

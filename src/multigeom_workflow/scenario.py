@@ -327,7 +327,9 @@ def _check_estimator(
         )
 
 
-def _test_images(config: dict, runs_dir: str) -> tuple[str, tuple[str, ...]]:
+def _test_images(
+    config: dict, runs_dir: str, remote: bool = False
+) -> tuple[str, tuple[str, ...]]:
     settings = config["test_images"]
     source, path = settings["source"], settings.get("path")
     if source == "demo":
@@ -341,9 +343,17 @@ def _test_images(config: dict, runs_dir: str) -> tuple[str, tuple[str, ...]]:
             f"config key 'test_images.path' = {path!r}: a folder is required when "
             f"test_images.source is {source!r}"
         )
-    if source == "tinyimagenet" and settings.get("download"):
-        # Known before the download; the workflow's rules fetch what is needed.
+    if source == "tinyimagenet" and (settings.get("download") or remote):
+        # Known before the download; the workflow's rules fetch what is needed. A
+        # remote job (a Modal container) holds only its own images: known names too.
         return source, tuple(tinyimagenet_val_files(path))
+    if remote:
+        raise ConfigError(
+            f"config key 'test_images.source' = {source!r}: not supported with a "
+            "remote executor (a container holds only its shard's images, so the "
+            "folder's order cannot be read there); use source tinyimagenet or demo, "
+            "or run locally"
+        )
     folder = Path(path)
     lister = list_tinyimagenet_val if source == "tinyimagenet" else list_folder_images
     if not folder.is_dir():
@@ -365,7 +375,9 @@ def _test_images(config: dict, runs_dir: str) -> tuple[str, tuple[str, ...]]:
     return source, tuple(str(f) for f in files)
 
 
-def _configurations(config: dict, runs_dir: str) -> tuple[Configuration, ...]:
+def _configurations(
+    config: dict, runs_dir: str, check_files: bool = True
+) -> tuple[Configuration, ...]:
     entries = config["configs"]
     if isinstance(entries, dict):  # a single pair is accepted
         entries = [entries]
@@ -400,7 +412,8 @@ def _configurations(config: dict, runs_dir: str) -> tuple[Configuration, ...]:
         # from the Hub; any other file must exist (bring your own encoder).
         built = demo or config["checkpoints"]["source"] == "hub"
         for name, value in (("encoder_ckpt", enc_ckpt), ("diffusion_ckpt", diff_ckpt)):
-            if (entry.get(name) or not built) and not Path(value).is_file():
+            must_exist = check_files and (entry.get(name) or not built)
+            if must_exist and not Path(value).is_file():
                 hint = "" if demo else ", or set checkpoints.source: hub"
                 raise ConfigError(
                     f"config key '{key}.{name}' = {value!r}: no such checkpoint "
@@ -425,11 +438,13 @@ def _blockers(configurations) -> tuple[str, ...]:
     return tuple(out)
 
 
-def validated_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
+def validated_scenario(
+    config: dict, workflow_dir: str | Path, remote: bool = False
+) -> Scenario:
     """
     Validate `config` against the workflow's schema (Snakemake's `validate`, which also
-    fills the defaults in `config`), then `load_scenario`. A single ``configs`` mapping
-    is turned into a list of one first.
+    fills the defaults in `config`), then `load_scenario` (`remote`: see there). A
+    single ``configs`` mapping is turned into a list of one first.
 
     Raises
     ------
@@ -450,10 +465,12 @@ def validated_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
         if not isinstance(cause, jsonschema.ValidationError):
             raise
         raise ConfigError(schema_error_line(cause)) from None
-    return load_scenario(config, workflow_dir)
+    return load_scenario(config, workflow_dir, remote)
 
 
-def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
+def load_scenario(
+    config: dict, workflow_dir: str | Path, remote: bool = False
+) -> Scenario:
     """
     Build and check the scenario of a configuration already validated by the schema
     (``config/schemas/config.schema.yaml``, which also fills the defaults).
@@ -465,6 +482,10 @@ def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
     workflow_dir : str or Path
         The folder of the Snakefile: relative settings files are looked up there after
         the working directory.
+    remote : bool
+        The scenario of a job that Snakemake runs remotely (in a Modal container),
+        which holds only that job's inputs: checkpoints are not checked, and test
+        images are not listed from a folder.
 
     Returns
     -------
@@ -479,8 +500,8 @@ def load_scenario(config: dict, workflow_dir: str | Path) -> Scenario:
     """
     workflow_dir = Path(workflow_dir)
     runs_dir = str(config["runs_dir"]).rstrip("/") or "."
-    configurations = _configurations(config, runs_dir)
-    source, files = _test_images(config, runs_dir)
+    configurations = _configurations(config, runs_dir, check_files=not remote)
+    source, files = _test_images(config, runs_dir, remote)
     n_images = int(config["n_images"])
     if n_images > len(files):
         raise ConfigError(
