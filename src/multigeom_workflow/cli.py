@@ -234,6 +234,15 @@ def main(argv=None) -> int:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
+    except Exception as err:
+        if not args.__dict__.get("modal_volume"):
+            raise
+        # Modal's client: no token, no network, ...
+        print(
+            f"modal volume {args.modal_volume!r}: {type(err).__name__}: {err}",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ def _import_fake():
         fake = importlib.import_module("modal")
         importlib.import_module("modal.exception")
         importlib.import_module("modal.volume")
+        importlib.import_module("modal.config")
     finally:
         sys.path.remove(str(FAKE))
     fakes = {

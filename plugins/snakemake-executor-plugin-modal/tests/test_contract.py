@@ -37,6 +37,7 @@ CALLS = [
     ("Volume.read_file", ("self", "prefix/a.txt"), {}),
     ("Volume.batch_upload", ("self",), {"force": True}),
     ("Volume.commit", ("self",), {}),
+    ("config.config.get", ("token_id",), {}),
 ]
 ATTRIBUTES = [
     "FunctionCall.object_id",
@@ -54,7 +55,7 @@ def real_modal():
 
     if "fake" in modal.__version__:  # a test left the fake in place
         pytest.skip("the fake modal is imported in this process")
-    for sub in ("exception", "volume"):
+    for sub in ("exception", "volume", "config"):
         importlib.import_module(f"modal.{sub}")
     return modal
 

@@ -147,3 +147,12 @@ def test_cost_is_reported_at_the_end(fake_modal, tmp_path):
     call = calls(fake_modal)[0]
     assert call["gpu"] == "T4"
     assert call["volumes"] == {"/snakemake-volume": "tests"}
+
+
+def test_missing_credentials_stop_the_run_with_one_message(fake_modal, tmp_path):
+    result = run_snakemake(
+        tmp_path, SLOW, "--config", "sleep=0", env={"FAKE_MODAL_NO_TOKEN": "1"}
+    )
+    assert result.returncode != 0
+    assert "no Modal credentials: run `modal token new`" in result.stderr
+    assert calls(fake_modal) == []

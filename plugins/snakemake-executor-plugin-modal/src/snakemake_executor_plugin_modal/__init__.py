@@ -152,7 +152,13 @@ class Executor(RemoteExecutor):
 
     def __post_init__(self):
         import modal
+        from modal.config import config as modal_config
 
+        if not (modal_config.get("token_id") and modal_config.get("token_secret")):
+            raise WorkflowError(
+                "no Modal credentials: run `modal token new` once (or set "
+                "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET), then start the run again"
+            )
         self.settings: ExecutorSettings = self.workflow.executor_settings
         provider = getattr(
             self.workflow.storage_settings, "default_storage_provider", None
