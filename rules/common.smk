@@ -22,12 +22,12 @@ except ConfigError as err:
     # One line on stderr and exit status 1, before any job: Snakemake would wrap a
     # raised error in a traceback of the rule files.
     sys.exit(f"config error: {err}")
-# Stop a real run; a dry run shows its plan. A job Snakemake runs remotely (a Modal
-# container) has its own caches (the container image provides the weights).
-for _problem in [] if workflow.remote_exec else SCENARIO.blockers:
-    if not workflow.output_settings.dryrun:
-        sys.exit(f"config error: {_problem}")
-    print(f"warning: {_problem}", file=sys.stderr)
+# Problems that stop a real run (at its start, rules/plan.smk, where the executor is
+# known: a Modal container's image brings its own weights); a dry run shows its plan
+# with them as warnings.
+if workflow.output_settings.dryrun:
+    for _problem in SCENARIO.blockers:
+        print(f"warning: {_problem}", file=sys.stderr)
 if SCENARIO.gpu_fallback:
     print(SCENARIO.gpu_fallback, file=sys.stderr)
 # For the per-image jobs this run starts (they inherit the environment): the process

@@ -24,9 +24,13 @@ if workflow.output_settings.dryrun:
 
 
 onstart:
-    # The executor's --modal-gpu (the profile's) prices the run when it is set.
+    # Before any job. Local runs need torchvision's weights here; on Modal the
+    # container image holds them, and the executor's --modal-gpu prices the run.
     plugin = workflow.executor_plugin
-    if plugin is not None and getattr(plugin, "name", None) == "modal":
+    if getattr(plugin, "name", None) != "modal":
+        for problem in SCENARIO.blockers:
+            sys.exit(f"config error: {problem}")
+    else:
         if SCENARIO.test_source == "folder":
             sys.exit(
                 "config error: config key 'test_images.source' = 'folder': not "

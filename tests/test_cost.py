@@ -161,11 +161,18 @@ def test_dry_run_prints_the_estimate_before_the_jobs(tmp_path):
     assert block[8].startswith(
         "  on Modal (H100, 0.001097 USD/s): 10 container(s); 0.05 s"
     )
-    # 12 x 0.05 + 12 x 15 = 180.6 GPU-seconds at 0.001097 USD/s = 0.20 USD
+    # 12 images in 10 shards (sizes 2, 2, 1 x 8 in configuration order): the second
+    # shard holds the last image of onoff/complex and the first of smallcnn/complex,
+    # so 11 (shard, configuration) start-ups.
     assert block[9] == (
-        "    GPU-seconds 181; wall-clock 18 s; cost 0.20 USD "
+        "    start-up 15 s x 11 (upstream's figure; one per shard and configuration, "
+        "10 shard(s))"
+    )
+    # 12 x 0.05 + 11 x 15 = 165.6 GPU-seconds at 0.001097 USD/s = 0.18 USD
+    assert block[10] == (
+        "    GPU-seconds 166; wall-clock 17 s; cost 0.18 USD "
         "(limit modal.max_cost_usd = 0.00 USD)"
     )
     # Over budget: the dry run warns, and is not refused.
-    assert block[10].startswith("warning: budget: the run is estimated at 0.20 USD")
+    assert block[11].startswith("warning: budget: the run is estimated at 0.18 USD")
     assert planned_jobs(result)["estimate_image"] == 12

@@ -128,7 +128,8 @@ def test_no_gpu_is_said_in_one_line(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--config", "device=auto", env=env)
     notice = [line for line in result.stderr.splitlines() if "no GPU found" in line]
     assert notice == [
-        "no GPU found (config key 'device' = 'auto'): the per-image jobs run on the CPU"
+        "no GPU found (config key 'device' = 'auto'): the per-image jobs run on the "
+        "CPU here (on Modal, on its GPUs)"
     ]
     assert "here (cpu)" in result.stderr
     assert "gpu=1" not in result.stdout

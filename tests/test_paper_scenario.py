@@ -53,11 +53,12 @@ def test_real_run_without_backbone_weights_stops_before_any_job(tmp_path):
         work, configfile=PAPER, env={"TORCH_HOME": str(tmp_path / "t")}
     )
     assert result.returncode != 0
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("config error")]
+    assert len(lines) == 1  # one message, at the start of the run (onstart)
     assert lines[0].startswith("config error: config key 'configs[0].encoder'")
     assert "inception_v3_google-0cc3c7bd.pth are missing" in lines[0]
     assert "torchvision.models.inception_v3(weights='IMAGENET1K_V1')" in lines[0]
+    assert "Finished job" not in result.stderr  # no job ran
     assert sorted(p.name for p in work.iterdir()) in ([], [".snakemake"])
 
 

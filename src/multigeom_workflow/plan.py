@@ -28,6 +28,7 @@ from .cost import (
 )
 from .gpus import visible_gpu_ids
 from .scenario import Scenario
+from .shards import make_shards
 
 __all__ = [
     "MODAL_STARTER_MAX_GPUS",
@@ -145,6 +146,17 @@ def count_startups(
     return left, "upstream's figure; cold jobs: one per per-image job"
 
 
+def pending_images(scenario: Scenario) -> list[tuple[tuple[str, str], int]]:
+    """((encoder, area), image index) of every per-image file not yet there, in the
+    order (configuration, image) of the shards."""
+    return [
+        ((c.encoder, c.area), i)
+        for c in scenario.configurations
+        for i in range(scenario.n_images)
+        if not os.path.exists(scenario.per_image_file(c.encoder, c.area, i))
+    ]
+
+
 def modal_estimate(
     scenario: Scenario,
     done: dict[tuple[str, str], tuple[int, int]],
@@ -167,7 +179,17 @@ def modal_estimate(
         else (0.0, "nothing left")
     )
     containers = nodes or MODAL_STARTER_MAX_GPUS
-    n_start, startup_source = count_startups(scenario, done, min(containers, left))
+    if scenario.warm_workers:
+        # One container per shard (profiles/modal): the models of a configuration
+        # load once in each shard that holds some of its images.
+        shards = make_shards(pending_images(scenario), containers)
+        n_start = sum(len({config for config, _ in shard}) for shard in shards)
+        startup_source = (
+            f"upstream's figure; one per shard and configuration, {len(shards)} "
+            "shard(s)"
+        )
+    else:
+        n_start, startup_source = count_startups(scenario, done, containers)
     return estimate_cost(
         left,
         containers,
@@ -211,6 +233,8 @@ def estimate_lines(
         + (f"{price} USD/s" if price is not None else "price unknown")
         + f"): {modal.workers} container(s); {modal.seconds_per_image:.3g} s per image "
         f"({modal.seconds_source})",
+        f"    start-up {modal.startup_s:g} s x {modal.startups} "
+        f"({modal.startup_source})",
         f"    GPU-seconds {modal.device_seconds:,.0f}; wall-clock "
         f"{format_duration(modal.wall_seconds)}; cost {cost} (limit "
         f"modal.max_cost_usd = {scenario.modal['max_cost_usd']:.2f} USD)",

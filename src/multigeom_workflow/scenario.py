@@ -153,7 +153,7 @@ class Scenario:
             return None
         return (
             f"no GPU found (config key 'device' = {self.device_asked!r}): the "
-            "per-image jobs run on the CPU"
+            "per-image jobs run on the CPU here (on Modal, on its GPUs)"
         )
 
     def configuration(self, encoder: str, area: str) -> Configuration:
