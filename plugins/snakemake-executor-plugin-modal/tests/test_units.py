@@ -122,3 +122,54 @@ def test_download_is_atomic_and_keeps_the_volume_time(fake_modal, tmp_path):
     with pytest.raises(WorkflowError, match="is not on the Modal volume"):
         stager.download(["out/none.txt"])
     assert stager.download(["out/none.txt"], missing_ok=True) == []
+
+
+def _job(gpu=0, gpu_model=None, runtime=None):
+    res = {"gpu": gpu}
+    if gpu_model:
+        res["gpu_model"] = gpu_model
+    if runtime is not None:
+        res["runtime"] = runtime
+    return types.SimpleNamespace(resources=res, threads=1)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "default", "expected"),
+    [
+        ([_job()], "A100", None),  # no GPU asked: a CPU container
+        ([_job(gpu=1)], "A100-80GB", GpuRequest("A100-80GB", 1)),
+        ([_job(gpu=1)], "H100:2", GpuRequest("H100", 2)),  # the default's count
+        ([_job(gpu=2, gpu_model="l4")], "A100", GpuRequest("L4", 2)),
+        ([_job(gpu=1), _job(gpu=1), _job()], "T4", GpuRequest("T4", 1)),  # group
+    ],
+)
+def test_gpu_request_from_resources(jobs, default, expected):
+    from snakemake_executor_plugin_modal import Executor, ExecutorSettings
+
+    executor = types.SimpleNamespace(
+        settings=ExecutorSettings(gpu=default), get_jobname=lambda job: "job"
+    )
+    job = jobs[0] if len(jobs) == 1 else types.SimpleNamespace(jobs=jobs)
+    assert Executor.gpu_request(executor, job) == expected
+
+
+def test_gpu_request_errors():
+    from snakemake_executor_plugin_modal import Executor, ExecutorSettings
+
+    executor = types.SimpleNamespace(
+        settings=ExecutorSettings(gpu=None), get_jobname=lambda job: "job"
+    )
+    with pytest.raises(WorkflowError, match="no --modal-gpu is set"):
+        Executor.gpu_request(executor, _job(gpu=1))
+    group = types.SimpleNamespace(
+        jobs=[_job(gpu=1, gpu_model="A100"), _job(gpu=1, gpu_model="H100")]
+    )
+    with pytest.raises(WorkflowError, match="different 'gpu_model' resources"):
+        Executor.gpu_request(executor, group)
+
+
+def test_runtime_resource_is_minutes():
+    from snakemake_executor_plugin_modal import _runtime_seconds
+
+    assert _runtime_seconds(_job(runtime=2)) == 120.0
+    assert _runtime_seconds(_job()) is None
