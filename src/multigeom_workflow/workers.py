@@ -53,8 +53,10 @@ START_TIMEOUT_S = 900.0
 
 def worker_socket(spec: dict) -> Path:
     """
-    The socket of the worker for `spec` (`slot_spec`: slot, device, threads): one per
-    distinct spec, shared by every run of the user on this machine.
+    The socket of the worker for `spec` (`slot_spec`: slot, device, threads, and the
+    run: the pid of the Snakemake process it serves). A worker ends with its run, so
+    two runs at once (two working directories, or Modal containers of a test on one
+    machine) never share one; the slot's lock still gives each job its GPU alone.
     """
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
     folder = lock_dir() / "workers"
@@ -143,7 +145,7 @@ def request_estimate(
         If the worker cannot start, dies during the request, or the estimate failed;
         the message holds the end of the worker's log.
     """
-    path = worker_socket(spec)
+    path = worker_socket({**spec, "run": watch_pid})
     sock = _connect(path)
     if sock is None:
         path.unlink(missing_ok=True)  # a worker that died left its socket
