@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 
 try:
     from multigeom_workflow.scenario import ConfigError, validated_scenario
+    from multigeom_workflow.plan import pending_images
     from multigeom_workflow.shards import SHARD_GROUP, num_shards, shard_groups
 except ImportError as err:
     raise WorkflowError(
@@ -47,12 +48,7 @@ ESTIMATE_GPUS = 1 if SCENARIO.uses_gpu else 0
 # of a shard (Snakemake keys --group-components by that name, as for groups written
 # with wildcards).
 SHARDS = shard_groups(
-    [
-        (c.encoder, c.area, i)
-        for c in SCENARIO.configurations
-        for i in range(SCENARIO.n_images)
-        if not os.path.exists(SCENARIO.per_image_file(c.encoder, c.area, i))
-    ],
+    pending_images(SCENARIO),
     num_shards(config["shards"], workflow.resource_settings.nodes),
 )
 for _shard in set(SHARDS.values()):
@@ -103,7 +99,7 @@ def get_shard(wildcards):
     The group (shard) of a per-image job; a job whose file existed when the run was
     planned (recomputed after a change of settings) goes to the group "shard".
     """
-    key = (wildcards.encoder, wildcards.area, int(wildcards.index))
+    key = ((wildcards.encoder, wildcards.area), int(wildcards.index))
     return SHARDS.get(key, SHARD_GROUP)
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "count_startups",
     "local_workers",
     "modal_estimate",
+    "pending_images",
     "progress",
     "run_estimates",
 ]
@@ -147,8 +148,10 @@ def count_startups(
 
 
 def pending_images(scenario: Scenario) -> list[tuple[tuple[str, str], int]]:
-    """((encoder, area), image index) of every per-image file not yet there, in the
-    order (configuration, image) of the shards."""
+    """
+    ((encoder, area), image index) of every per-image file not yet there, in the
+    order (configuration, image) that shards follow (`multigeom_workflow.shards`).
+    """
     return [
         ((c.encoder, c.area), i)
         for c in scenario.configurations
