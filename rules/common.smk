@@ -13,8 +13,8 @@ try:
     from multigeom_workflow.shards import SHARD_GROUP, num_shards, shard_groups
 except ImportError as err:
     raise WorkflowError(
-        f"the workflow's package is not installed ({err}): run `pip install -e .` "
-        "in the repository (see README.md)"
+        f"the workflow's packages are not installed ({err}): run `pip install -e . "
+        "./plugins/snakemake-executor-plugin-modal` in the repository (see README.md)"
     ) from None
 
 try:  # the schema (config/schemas/config.schema.yaml), then the file-system checks

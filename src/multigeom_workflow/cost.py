@@ -22,6 +22,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
+
 from .scenario import timestep_grid
 
 __all__ = [
@@ -39,19 +41,11 @@ __all__ = [
     "read_timings",
 ]
 
-#: Modal GPU prices in USD per second (third-party copy of Modal's price page, July
-#: 2026); the config key ``modal.prices_usd_per_s`` overrides or adds entries.
-MODAL_PRICES_USD_PER_S = {
-    "B200": 0.001736,
-    "H200": 0.001261,
-    "H100": 0.001097,
-    "A100-80GB": 0.000694,
-    "A100-40GB": 0.000583,
-    "L40S": 0.000542,
-    "A10": 0.000306,
-    "L4": 0.000222,
-    "T4": 0.000164,
-}
+#: Modal GPU prices in USD per second: the Modal executor plugin's table (third-party
+#: copy of Modal's price page, July 2026), so that the estimate and the plugin's cost
+#: guard price alike; the config key ``modal.prices_usd_per_s`` overrides or adds
+#: entries.
+MODAL_PRICES_USD_PER_S = dict(PRICES_USD_PER_S)
 #: Seconds per image with the paper's estimator settings: an RTX 5090-class local GPU
 #: (upstream's figure), an A100 on Modal (the paper's), a 32-core CPU (upstream's).
 DEFAULT_SECONDS_PER_IMAGE = {"gpu": 15.0, "modal": 30.0, "cpu": 885.0}
