@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -122,6 +123,9 @@ class Scenario:
         One-line problems that must stop a real run before any job, but not a dry run,
         which shows its plan with these as warnings (e.g. torchvision weights missing
         from its cache).
+    notes : tuple of str
+        One-line notices of values repaired at parse time (e.g. `test_images.path`
+        given as the ``tiny-imagenet-200`` folder itself), printed once per run.
     """
 
     configurations: tuple[Configuration, ...]
@@ -140,6 +144,7 @@ class Scenario:
     device_asked: str = "cpu"
     warm_workers: bool = True
     blockers: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def uses_gpu(self) -> bool:
@@ -154,6 +159,36 @@ class Scenario:
         return (
             f"no GPU found (config key 'device' = {self.device_asked!r}): the "
             "per-image jobs run on the CPU here (on Modal, on its GPUs)"
+        )
+
+    @property
+    def comparable_pairs(self) -> list[tuple[Configuration, Configuration]]:
+        """
+        The pairs of configurations that Fig. 4D-E compares: cross-model (two encoders,
+        same area) and cross-area (same encoder, two areas), as
+        `multigeom_workflow.figure.comparison_kind` classifies them.
+        """
+        cs = self.configurations
+        return [
+            (a, b)
+            for i, a in enumerate(cs)
+            for b in cs[i + 1 :]
+            if (a.area == b.area) != (a.encoder == b.encoder)
+        ]
+
+    @property
+    def stage5_skipped(self) -> str | None:
+        """
+        Why Stage 5 and the figure are left out of the run (None when they are not):
+        no two configurations make a cross-model or cross-area comparison.
+        """
+        if self.comparable_pairs:
+            return None
+        names = ", ".join(f"{c.encoder}/{c.area}" for c in self.configurations)
+        return (
+            f"note: config key 'configs' = [{names}]: no two configurations share an "
+            "area (cross-model) or an encoder (cross-area), so Stage 5 and the figure "
+            "are left out; this run computes the per-image files only"
         )
 
     def configuration(self, encoder: str, area: str) -> Configuration:
@@ -251,7 +286,33 @@ def schema_error_line(error) -> str:
     message = error.message
     if error.validator == "pattern":  # a regular expression says little: describe it
         message += f" ({' '.join(error.schema.get('description', '').split())})"
+    elif error.validator in ("oneOf", "anyOf"):  # "not valid under any of ...": say what is
+        allowed = " or ".join(_describe(sub) for sub in error.validator_value)
+        message = f"not allowed; allowed: {allowed}"
+    elif error.validator == "additionalProperties":
+        known = ", ".join(error.schema.get("properties", {}))
+        message += f"; allowed keys: {known}"
     return f"{where}: {message}"
+
+
+def _describe(schema: dict) -> str:
+    """A few words for a (sub)schema: its values, or its type and bounds."""
+    if "enum" in schema:
+        return ", ".join(str(v) for v in schema["enum"])
+    kind = schema.get("type", "a value")
+    words = {"integer": "an integer", "number": "a number", "string": "a string"}
+    text = words.get(kind, str(kind))
+    bounds = [
+        f"{sign} {schema[name]}"
+        for name, sign in (
+            ("minimum", ">="),
+            ("exclusiveMinimum", ">"),
+            ("maximum", "<="),
+            ("exclusiveMaximum", "<"),
+        )
+        if name in schema
+    ]
+    return text + (f" {' and '.join(bounds)}" if bounds else "")
 
 
 def _load_yaml(path: Path, key: str) -> dict:
@@ -373,6 +434,98 @@ def _test_images(
             f"for source {source!r}"
         )
     return source, tuple(str(f) for f in files)
+
+
+#: The seeds `torch.Generator.manual_seed` takes without overflow: 0 to 2**64 - 1
+#: (negative ones alias positive ones, -1 being 2**64 - 1).
+MAX_SEED = 2**64 - 1
+#: The name of TinyImageNet's folder, inside the archive and on disk.
+TINYIMAGENET_DIR = "tiny-imagenet-200"
+
+
+def _normalise_test_images_path(config: dict) -> tuple[str, ...]:
+    """
+    ``test_images.path`` of source tinyimagenet given as the ``tiny-imagenet-200``
+    folder itself becomes the folder that holds it (in `config`, which the rules and a
+    remote job's own parse then read alike), with one notice. A folder of another name
+    that holds ``val`` directly is refused: a remote job, which lists no folder, knows
+    the images only as ``<path>/tiny-imagenet-200/val/images/val_<i>.JPEG``.
+    """
+    settings = config["test_images"]
+    path = settings.get("path")
+    if settings["source"] != "tinyimagenet" or not path:
+        return ()
+    folder = Path(path)
+    if (folder / TINYIMAGENET_DIR / "val").is_dir():
+        return ()
+    if folder.name == TINYIMAGENET_DIR:
+        parent = str(folder.parent)
+        settings["path"] = parent
+        return (
+            f"note: config key 'test_images.path' = {path!r} is TinyImageNet's folder "
+            f"itself: read as the folder that holds it, {parent!r}",
+        )
+    if (folder / "val").is_dir():
+        raise ConfigError(
+            f"config key 'test_images.path' = {path!r}: holds val/ directly; name that "
+            f"folder {TINYIMAGENET_DIR!r} and give the folder that holds it"
+        )
+    return ()
+
+
+def _check_seed(seed: int, n_images: int):
+    """Image i is seeded with seed + i: every one must fit `torch.Generator`."""
+    if seed < 0 or seed + n_images - 1 > MAX_SEED:
+        raise ConfigError(
+            f"config key 'seed' = {seed}: image i is seeded with seed + i, which "
+            f"torch.Generator.manual_seed takes from 0 to 2**64 - 1; allowed with "
+            f"n_images = {n_images}: 0 to {MAX_SEED - n_images + 1}"
+        )
+
+
+def _check_device(device: str):
+    """``cuda:N`` must name a GPU this machine shows (when it shows any)."""
+    from .gpus import visible_gpu_ids
+
+    if not device.startswith("cuda:"):
+        return
+    ids = visible_gpu_ids()
+    if ids and int(device.split(":")[1]) >= len(ids):
+        allowed = ", ".join(f"cuda:{i}" for i in range(len(ids)))
+        raise ConfigError(
+            f"config key 'device' = {device!r}: this machine shows {len(ids)} GPU(s); "
+            f"allowed: {allowed}, cuda (any free GPU), auto or cpu"
+        )
+
+
+def _check_writable(config: dict, runs_dir: str):
+    """The folders the run writes into: existing ones must be writable folders."""
+    folders = [("runs_dir", runs_dir), ("results_dir", str(config["results_dir"]))]
+    for key, value in folders:
+        path = Path(value)
+        below = [path / "per_image", path / "metrics"] if key == "runs_dir" else []
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        for folder in [path, *(p for p in below if p.exists())]:
+            if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+                what = "not a folder" if not folder.is_dir() else "not writable"
+                raise ConfigError(
+                    f"config key {key!r} = {value!r}: {str(folder)!r} is {what}; give "
+                    "a folder this user can write to (or fix its permissions)"
+                )
+
+
+def _check_readable(files):
+    """Every test image of the run opens as an image (named otherwise)."""
+    from .test_images import check_test_image
+
+    for i, f in enumerate(files):
+        problem = check_test_image(f)
+        if problem:
+            raise ConfigError(
+                f"config key 'test_images.path': test image {i} {str(f)!r} {problem}; "
+                "replace or remove it (images are taken in name order)"
+            )
 
 
 def _configurations(
@@ -501,6 +654,7 @@ def load_scenario(
     workflow_dir = Path(workflow_dir)
     runs_dir = str(config["runs_dir"]).rstrip("/") or "."
     configurations = _configurations(config, runs_dir, check_files=not remote)
+    notes = _normalise_test_images_path(config)
     source, files = _test_images(config, runs_dir, remote)
     n_images = int(config["n_images"])
     if n_images > len(files):
@@ -508,6 +662,12 @@ def load_scenario(
             f"config key 'n_images' = {n_images}: the test set of source {source!r} "
             f"has {len(files)} images; allowed: 1 to {len(files)}"
         )
+    if source == "folder" and not remote:
+        _check_readable(files[:n_images])
+    _check_seed(int(config["seed"]), n_images)
+    _check_device(str(config["device"]))
+    if not remote:
+        _check_writable(config, runs_dir)
     est_file = resolve_settings_file(
         str(config["estimator"]), "estimator", workflow_dir
     )
@@ -538,4 +698,5 @@ def load_scenario(
         test_image_files=files,
         modal=dict(config["modal"]),
         blockers=_blockers(configurations),
+        notes=notes,
     )

@@ -10,9 +10,15 @@ the run:
 * ``tinyimagenet``: the TinyImageNet validation images in sorted path order, the order
   of upstream's `multigeom.datasets.TinyImageNetDataset("val")` (the paper's test set is
   its first 200 images);
-* ``folder``: the image files of a folder, sorted by name.
+* ``folder``: the image files of a folder, sorted by name; hidden files (names that
+  start with ``.``, such as the ``._p1.png`` files a Mac leaves on other disks) and
+  files of other kinds are left out.
 
-Listing imports no torch (the Snakefile lists at parse time); `load_test_image` does.
+Every file becomes upstream's canonical input (`canonical_rgb`, then upstream's
+`CANONICAL_TRANSFORM`): EXIF orientation applied, 16-bit pixels scaled to 8 bits,
+palette images expanded, transparency composited on mid-gray (the mean luminance, 0 in
+[-1, 1]). Listing and `check_test_image` import no torch (the Snakefile lists and
+checks at parse time); `load_test_image` does.
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ from pathlib import Path
 __all__ = [
     "DEMO_TEST_PHOTOS",
     "DEMO_TRAIN_PHOTOS",
+    "ALPHA_BACKGROUND",
     "IMAGE_SUFFIXES",
+    "canonical_rgb",
+    "check_test_image",
     "list_folder_images",
     "list_tinyimagenet_val",
     "load_test_image",
@@ -63,6 +72,9 @@ DEMO_TRAIN_PHOTOS: tuple[tuple[str, str], ...] = (
 )
 #: File name endings read as images by the ``folder`` source (case-insensitive).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".pgm", ".bmp", ".tif", ".tiff")
+#: Where an image is transparent, it is seen on this gray (8-bit RGB): the mean
+#: luminance, 0 in the pipeline's [-1, 1].
+ALPHA_BACKGROUND = (128, 128, 128)
 
 
 def package_photo(package: str, name: str) -> Path:
@@ -105,27 +117,124 @@ def list_tinyimagenet_val(root: str | Path) -> list[Path]:
 
 
 def list_folder_images(folder: str | Path) -> list[Path]:
-    """The image files directly inside `folder` (`IMAGE_SUFFIXES`), sorted by name."""
+    """
+    The image files directly inside `folder` (`IMAGE_SUFFIXES`), sorted by name;
+    hidden files (names starting with ``.``: ``._p1.png``, ``.DS_Store``) left out.
+    """
     return sorted(
         p
         for p in Path(folder).iterdir()
-        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+        if p.is_file()
+        and not p.name.startswith(".")
+        and p.suffix.lower() in IMAGE_SUFFIXES
     )
+
+
+def canonical_rgb(img):
+    """
+    An image of any mode Pillow reads, as the 8-bit RGB image that upstream's
+    TinyImageNet loader hands to `CANONICAL_TRANSFORM` (``Image.convert("RGB")``).
+
+    * The EXIF orientation is applied (`PIL.ImageOps.exif_transpose`), as every viewer
+      shows the photograph (the encoders' neurons are orientation-tuned).
+    * 16-bit integer pixels (modes ``I;16*``, and ``I`` with values in 0..65535) are
+      scaled to 8 bits, v * 255 / 65535 rounded (Pillow's own conversion clips them);
+      float pixels (mode ``F``) must lie in [0, 1] and are scaled by 255.
+    * Palette images are expanded; transparency (an alpha channel, or a palette's
+      transparent colour) is composited on `ALPHA_BACKGROUND`, mid-gray.
+    * 8-bit images (``L``, ``RGB``, ``1``, ``CMYK``, ``YCbCr``) are converted by
+      Pillow as upstream does, so that their canonical image is upstream's, byte for
+      byte.
+    * Of a multi-frame file (GIF, TIFF), the first frame.
+
+    Parameters
+    ----------
+    img : PIL.Image.Image
+
+    Returns
+    -------
+    PIL.Image.Image
+        Mode ``RGB``, same size as the oriented input.
+
+    Raises
+    ------
+    ValueError
+        For pixels with no known white level (32-bit integers above 65535, floats
+        outside [0, 1]) or a mode Pillow cannot convert to RGB; the message says which.
+    """
+    import numpy as np
+    from PIL import Image, ImageOps
+
+    img = ImageOps.exif_transpose(img)
+    mode = img.mode
+    if mode.startswith("I") or mode == "F":
+        a = np.asarray(img, dtype=np.float64)
+        lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+        if mode == "F":
+            if lo < 0 or hi > 1:
+                raise ValueError(
+                    f"has float pixels in [{lo:g}, {hi:g}]; allowed: [0, 1]"
+                )
+            a = a * 255
+        else:
+            if lo < 0 or hi > 65535:
+                raise ValueError(
+                    f"has {mode} pixels in [{lo:g}, {hi:g}]; allowed: 16-bit, 0..65535"
+                )
+            a = a * (255 / 65535)
+        img = Image.fromarray(np.rint(a).astype(np.uint8), "L")
+        mode = "L"
+    if mode == "P":
+        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+    elif mode in ("L", "RGB") and "transparency" in img.info:
+        img = img.convert("RGBA")
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        background = Image.new("RGBA", img.size, (*ALPHA_BACKGROUND, 255))
+        img = Image.alpha_composite(background, img.convert("RGBA"))
+    try:
+        return img.convert("RGB")
+    except ValueError as err:
+        raise ValueError(f"has mode {img.mode}, not convertible to RGB ({err})") from None
+
+
+def check_test_image(path: str | Path) -> str | None:
+    """
+    None if `path` reads as an image and converts (`canonical_rgb`), else the problem
+    in a few words (it completes "image ... "). Imports no torch.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            canonical_rgb(img)
+    except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, ...
+        return f"cannot be read as an image ({type(err).__name__}: {err})"
+    return None
 
 
 def load_test_image(path: str | Path):
     """
     The canonical image of a file, as upstream reads a TinyImageNet image: opened with
-    PIL, converted to RGB, then `multigeom.datasets.CANONICAL_TRANSFORM` (resize to
+    PIL, converted to RGB (`canonical_rgb`: EXIF orientation, 16-bit, palette and
+    transparency handled), then `multigeom.datasets.CANONICAL_TRANSFORM` (resize to
     64 x 64, grayscale, pixels in [-1, 1]).
 
     Returns
     -------
     torch.Tensor
         Of shape (1, 64, 64), float32, pixels in [-1, 1].
+
+    Raises
+    ------
+    ValueError
+        From `canonical_rgb`, naming the file.
     """
     from multigeom.datasets import CANONICAL_TRANSFORM
     from PIL import Image
 
     with Image.open(path) as img:
-        return CANONICAL_TRANSFORM(img.convert("RGB"))
+        try:
+            rgb = canonical_rgb(img)
+        except ValueError as err:
+            raise ValueError(f"test image {str(path)!r} {err}") from None
+        return CANONICAL_TRANSFORM(rgb)
