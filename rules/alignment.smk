@@ -1,15 +1,32 @@
 # Stage 5: upstream's alignment between every pair of the run's configurations, over
-# their first n_images images.
+# their first n_images images, once every per-image file is checked.
+
+
+rule verify_per_image_files:
+    localrule: True
+    input:
+        get_per_image_files,
+    output:
+        f"{RUNS}/metrics/per_image_checked.tsv",
+    params:
+        expected=get_expected_per_image(),
+        image_files=SCENARIO.test_image_files[: SCENARIO.n_images],
+    log:
+        "logs/verify_per_image_files.log",
+    script:
+        "../scripts/verify_per_image_files.py"
 
 
 rule align_configs:
     localrule: True
     input:
-        get_per_image_files,
+        per_image=get_per_image_files,
+        checked=rules.verify_per_image_files.output[0],
     output:
         f"{RUNS}/metrics/cross_encoder_metrics.json",
     params:
         max_k=SCENARIO.top_k,
+        n_images=SCENARIO.n_images,
     log:
         "logs/align_configs.log",
     script:

@@ -31,6 +31,10 @@ if workflow.output_settings.dryrun:
         print(f"warning: {_problem}", file=sys.stderr)
 if SCENARIO.gpu_fallback:
     print(SCENARIO.gpu_fallback, file=sys.stderr)
+for _note in SCENARIO.notes:
+    print(_note, file=sys.stderr)
+if SCENARIO.stage5_skipped:
+    print(SCENARIO.stage5_skipped, file=sys.stderr)
 # For the per-image jobs this run starts (they inherit the environment): the process
 # their warm workers watch (they end with it), and how many share the CPU at once.
 os.environ.update(
@@ -65,13 +69,26 @@ def get_final_outputs():
     """
     Every per-image file, Stage 5's metrics and the figure. The per-image files are
     targets themselves, so that one deleted after the figure was drawn is recomputed.
+    Without two comparable configurations (`Scenario.stage5_skipped`), the per-image
+    files only.
     """
+    if SCENARIO.stage5_skipped:
+        return SCENARIO.per_image_files()
     return [
         *SCENARIO.per_image_files(),
         f"{RUNS}/metrics/cross_encoder_metrics.json",
         f"{RESULTS}/fig4de.png",
         f"{RESULTS}/fig4de.pdf",
     ]
+
+
+def get_expected_per_image():
+    """What every per-image file of the run must hold (`verify.Expected`), as a dict."""
+    from dataclasses import asdict
+
+    from multigeom_workflow.verify import Expected
+
+    return asdict(Expected.of_scenario(SCENARIO))
 
 
 def get_configuration(wildcards):

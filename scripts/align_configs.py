@@ -4,4 +4,9 @@ from multigeom_workflow.alignment import align_configs
 from multigeom_workflow.jobs import job_log
 
 with job_log(snakemake.log[0]):
-    align_configs(snakemake.input, snakemake.output[0], snakemake.params.max_k)
+    align_configs(
+        snakemake.input.per_image,
+        snakemake.output[0],
+        snakemake.params.max_k,
+        n_images=snakemake.params.n_images,
+    )

@@ -62,6 +62,12 @@ class FileServer:
                 rng = self.headers.get("Range")
                 if rng and rng.startswith("bytes="):
                     start = int(rng[6:].split("-", 1)[0] or 0)
+                if start and start >= len(data):  # as real servers (RFC 9110 14.4)
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 part = data[start:]
                 self.send_response(206 if start else 200)
                 size = server.announce.get(path, len(part))

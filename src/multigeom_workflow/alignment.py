@@ -25,7 +25,10 @@ __all__ = ["align_configs"]
 
 
 def align_configs(
-    per_image_files: Iterable[str | Path], out: str | Path, max_k: int
+    per_image_files: Iterable[str | Path],
+    out: str | Path,
+    max_k: int,
+    n_images: int | None = None,
 ) -> dict:
     """
     Run upstream's Stage 5 on exactly `per_image_files` and write its metrics file.
@@ -39,6 +42,9 @@ def align_configs(
         The metrics file (``cross_encoder_metrics.json``), written atomically.
     max_k : int
         Largest k of the curves.
+    n_images : int, optional
+        The images every pair must average over: upstream leaves out an image whose
+        eigenvectors are missing, and such metrics are refused, not written.
 
     Returns
     -------
@@ -51,7 +57,8 @@ def align_configs(
     Raises
     ------
     ValueError
-        If the files belong to fewer than two configurations (nothing to compare).
+        If the files belong to fewer than two configurations (nothing to compare), or
+        a pair averages over fewer than `n_images` images (nothing is written then).
     """
     from multigeom.pipeline import alignment
 
@@ -71,6 +78,18 @@ def align_configs(
             ["--runs-dir", view, "--out-dir", f"{view}/metrics", "--max-k", str(max_k)]
         )
         written = Path(view, "metrics", "cross_encoder_metrics.json")
+        pairs = json.loads(written.read_text())["pairs"]
+        short = [
+            (label, p["n_images"])
+            for label, p in pairs.items()
+            if n_images is not None and p["n_images"] != n_images
+        ]
+        if short:
+            raise ValueError(
+                f"Stage 5: pair {short[0][0]} averages over {short[0][1]} images, "
+                f"not n_images = {n_images} (a per-image file lacks eigenvectors); "
+                "run `multigeom-workflow verify` to find it"
+            )
         with atomic_path(out) as tmp:
             shutil.copyfile(written, tmp)
     return json.loads(Path(out).read_text())

@@ -3,56 +3,101 @@
 
     multigeom-workflow progress          per configuration, per-image files done / total
     multigeom-workflow clear             delete chosen per-image files (nothing else)
+    multigeom-workflow verify            list bad per-image files (--set-aside them)
     (both with --modal-volume NAME: the files on the Modal executor's volume as well)
     multigeom-workflow install-profiles  make `snakemake --profile local-gpu` work
 
-Both read the workflow's configuration as Snakemake does (``config/config.yaml``, or
-the files given with ``--configfile``, then ``--config KEY=VALUE`` overrides, validated
-by the same schema) and run in the working directory of the runs.
+They read the workflow's configuration as Snakemake does (``config/config.yaml``,
+deep-merged with the files given with ``--configfile``, then ``--config KEY=VALUE``,
+by Snakemake's own functions; validated by the same schema) and run in the working
+directory of the runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from pathlib import Path
-
-import yaml
 
 from .modal_volume import default_prefix, volume_files, volume_progress, volume_remove
 from .plan import progress
 from .scenario import ConfigError, Scenario, validated_scenario
+from .verify import bad_per_image_files, set_aside
 
 __all__ = ["install_profiles", "load_config", "locked", "main"]
 
 
+#: The Snakefile's ``configfile:`` (relative to the working directory, as Snakemake
+#: reads it).
+SNAKEFILE_CONFIGFILE = "config/config.yaml"
+
+
+def _load_configfile(path: str, flag: str) -> dict:
+    """Snakemake's `load_configfile`, its errors as one line naming the file."""
+    from snakemake.common.configfile import load_configfile
+    from snakemake_interface_common.exceptions import WorkflowError
+
+    if not Path(path).is_file():
+        raise ConfigError(f"{flag} {path!r}: no such file")
+    try:
+        return load_configfile(path)
+    except WorkflowError as err:
+        if "keys at top level" in str(err):
+            import yaml
+
+            data = yaml.safe_load(Path(path).read_text())
+            raise ConfigError(
+                f"{flag} {path!r}: holds a {type(data).__name__}, not a mapping of "
+                "config keys; write one `key: value` per line at the top level"
+            ) from None
+        raise ConfigError(f"{flag} {path!r}: {' '.join(str(err).split())}") from None
+
+
 def load_config(
-    configfiles: list[str], overrides: list[str], workflow_dir: Path
+    configfiles: list[str],
+    overrides: list[str],
+    workflow_dir: Path | None = None,
+    replace_workflow_config: bool = False,
 ) -> dict:
     """
-    The configuration Snakemake would see: the YAML files in order (default
-    ``config/config.yaml`` of the working directory, else of `workflow_dir`), updated by
-    the ``KEY=VALUE`` overrides (values parsed as YAML, as Snakemake's ``--config``).
+    The configuration Snakemake sees, loaded and merged by Snakemake's own functions
+    (`snakemake.common.configfile.load_configfile`, `snakemake.utils.update_config`,
+    `snakemake.cli.parse_config`) in Snakemake's order (`Workflow.configfile`): the
+    ``--configfile`` files deep-merged in order, then ``--config KEY=VALUE``, make the
+    command line's settings; the Snakefile's ``configfile:`` (``config/config.yaml`` of
+    the working directory) is loaded when present, and the command line's settings are
+    deep-merged over it (or replace it, with ``--replace-workflow-config``).
 
     Raises
     ------
     ConfigError
-        For a missing file or an override without ``=``.
+        One line naming the file or the entry: a missing file, a file that is not a
+        mapping, an override that is not ``KEY=VALUE``.
     """
-    if not configfiles:
-        local = Path("config/config.yaml")
-        configfiles = [str(local if local.is_file() else workflow_dir / local)]
-    config: dict = {}
+    from snakemake.cli import parse_config
+    from snakemake.utils import update_config
+
+    command_line: dict = {}
     for name in configfiles:
-        path = Path(name)
-        if not path.is_file():
-            raise ConfigError(f"--configfile {name!r}: no such file")
-        config.update(yaml.safe_load(path.read_text()) or {})
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--config {item!r}: expected KEY=VALUE")
-        config[key] = yaml.safe_load(value)
+        update_config(command_line, _load_configfile(name, "--configfile"))
+    try:
+        update_config(command_line, parse_config(overrides))
+    except Exception as err:  # ValueError, Snakemake's WorkflowError
+        raise ConfigError(f"--config {' '.join(overrides)!r}: {err}") from None
+    config = copy.deepcopy(command_line)
+    if Path(SNAKEFILE_CONFIGFILE).exists():
+        update_config(config, _load_configfile(SNAKEFILE_CONFIGFILE, "configfile"))
+        if command_line:
+            if replace_workflow_config:
+                config = {}
+            update_config(config, command_line)
+    elif not configfiles:
+        raise ConfigError(
+            f"the Snakefile's configfile {SNAKEFILE_CONFIGFILE!r} is not in this "
+            f"folder ({Path.cwd()}): run in the working directory of the runs, or give "
+            "--configfile"
+        )
     return config
 
 
@@ -119,12 +164,52 @@ def cmd_progress(scenario: Scenario, args) -> int:
         print(f"on Modal volume {args.modal_volume!r}, folder {prefix!r}:")
     else:
         done = progress(scenario)
+        bad = bad_per_image_files(scenario)
+        for f, _ in bad:  # present but bad: not done
+            enc, area = Path(f).parent.parent.name, Path(f).parent.name
+            n, total = done[(enc, area)]
+            done[(enc, area)] = (n - 1, total)
+        if bad:
+            print(
+                f"{len(bad)} per-image file(s) are bad and not counted: "
+                "`multigeom-workflow verify` lists them",
+                file=sys.stderr,
+            )
     for (enc, area), (n, total) in done.items():
         print(f"{enc + '/' + area:<24} {n:>6} / {total}")
     n_done = sum(n for n, _ in done.values())
     n_total = sum(t for _, t in done.values())
     print(f"{'all':<24} {n_done:>6} / {n_total}")
     return 0 if n_done == n_total else 3
+
+
+def cmd_verify(scenario: Scenario, args) -> int:
+    """
+    List the run's per-image files that exist but are bad (`multigeom_workflow.verify`),
+    one line each with its problem; with --set-aside rename them to ``<name>.bad`` so
+    that the next run recomputes them. Exit status 0 when none is bad, 1 otherwise.
+    """
+    bad = bad_per_image_files(scenario)
+    held = locked()
+    if bad and args.set_aside and held:
+        print(
+            f"verify: a Snakemake run holds the lock on this directory ({held[0]}); "
+            "wait for it to end, then run verify --set-aside again",
+            file=sys.stderr,
+        )
+        return 1
+    n_checked = sum(n for n, _ in progress(scenario).values())
+    for f, problem in bad:
+        print(f"{f}: {problem}")
+    if not bad:
+        tail = ""
+    elif args.set_aside:
+        set_aside(f for f, _ in bad)
+        tail = ": set aside as <name>.bad; the next run recomputes them"
+    else:
+        tail = ": `multigeom-workflow verify --set-aside` sets them aside to recompute"
+    print(f"{len(bad)} bad of {n_checked} per-image file(s){tail}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 def cmd_clear(scenario: Scenario, args) -> int:
@@ -180,6 +265,11 @@ def main(argv=None) -> int:
     )
     common.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE")
     common.add_argument(
+        "--replace-workflow-config",
+        action="store_true",
+        help="as Snakemake's: the command line's config replaces config/config.yaml",
+    )
+    common.add_argument(
         "--workflow-dir",
         type=Path,
         default=Path(__file__).resolve().parents[2],
@@ -214,6 +304,16 @@ def main(argv=None) -> int:
         "--n-images", type=int, help="the first N images (default: n_images)"
     )
     clear.add_argument("--list", action="store_true", help="list, delete nothing")
+    verify = sub.add_parser(
+        "verify",
+        parents=[common],
+        help="list the per-image files that are bad (damaged, other settings)",
+    )
+    verify.add_argument(
+        "--set-aside",
+        action="store_true",
+        help="rename bad files to <name>.bad so that the next run recomputes them",
+    )
     install = sub.add_parser(
         "install-profiles",
         help="register the workflow's profiles (snakemake --profile local-gpu)",
@@ -227,9 +327,18 @@ def main(argv=None) -> int:
             for link in install_profiles(args.workflow_dir / "profiles"):
                 print(f"{link} -> {link.resolve()}")
             return 0
-        config = load_config(args.configfile, args.config, args.workflow_dir)
+        config = load_config(
+            args.configfile,
+            args.config,
+            args.workflow_dir,
+            args.replace_workflow_config,
+        )
         scenario = validated_scenario(config, args.workflow_dir)
-        command = {"progress": cmd_progress, "clear": cmd_clear}[args.command]
+        command = {
+            "progress": cmd_progress,
+            "clear": cmd_clear,
+            "verify": cmd_verify,
+        }[args.command]
         return command(scenario, args)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)

@@ -160,6 +160,42 @@ def tinyimagenet_val_files(root: str | Path, count: int = TINYIMAGENET_VAL_COUNT
     return sorted(str(images / f"val_{i}.JPEG") for i in range(count))
 
 
+def _valid_zip(path: Path) -> str | None:
+    """None if `path` is a zip whose members all pass their CRC check, else why not."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (OSError, zipfile.BadZipFile) as err:
+        return f"{type(err).__name__}: {err}"
+    return None if bad is None else f"BadZipFile: corrupt member {bad}"
+
+
+def _settle_partial(part: Path, out: Path, expected_bytes: int | None) -> str | None:
+    """
+    What a partial download left by an earlier attempt becomes before any request:
+    kept to be resumed (shorter than expected), renamed to `out` (complete and a valid
+    zip: killed between the last byte and the rename), or deleted (empty, longer than
+    expected, complete but corrupt). Returns a line saying what was done, or None.
+    """
+    if not part.exists():
+        return None
+    size = part.stat().st_size
+    if size == 0:
+        part.unlink()
+        return f"{part}: empty partial download deleted"
+    if expected_bytes is None or size < expected_bytes:
+        return f"{part}: {size} bytes, resumed"
+    if size == expected_bytes:
+        problem = _valid_zip(part)
+        if problem is None:
+            part.replace(out)
+            return f"{part}: complete and a valid zip, renamed to {out.name}"
+        part.unlink()
+        return f"{part}: complete size but not a valid zip ({problem}): deleted"
+    part.unlink()
+    return f"{part}: {size} bytes, longer than the archive's {expected_bytes}: deleted"
+
+
 def download_tinyimagenet_archive(
     out: str | Path, urls=TINYIMAGENET_URLS, expected_bytes: int | None = None
 ) -> Path:
@@ -169,29 +205,60 @@ def download_tinyimagenet_archive(
     server allows it, else redone; the file gets its final name only at the expected
     size), then check it is a valid zip.
 
+    A partial download ``<out>.part`` in any state ends in a checked archive or in a
+    message naming it: empty, longer than `expected_bytes`, or complete but corrupt, it
+    is deleted; complete and valid (a job killed before the rename), it is renamed
+    without a request; shorter, it is resumed, and redone from the start when the
+    server refuses the range (HTTP 416) or the resumed archive is corrupt.
+
     Raises
     ------
     RuntimeError
-        When no URL gives a valid archive: one line per URL with its error. A corrupt
-        or truncated archive is deleted.
+        When no URL gives a valid archive: one line per URL with its error, and the
+        partial file left (if any) with what to do. A corrupt or truncated archive is
+        deleted.
     """
+    from urllib.error import HTTPError
+
     from multigeom.datasets.download import download_file
 
     out = Path(out)
+    part = out.with_name(out.name + ".part")
+    notes = [_settle_partial(part, out, expected_bytes)]
+    if out.exists() and _valid_zip(out) is None:
+        print(*filter(None, notes), sep="\n")
+        return out
     errors = []
     for url in urls:
-        try:
-            download_file(url, out, expected_bytes)
-            with zipfile.ZipFile(out) as z:
-                bad = z.testzip()
-            if bad is not None:
-                raise zipfile.BadZipFile(f"corrupt member {bad}")
-            return out
-        except (OSError, HTTPException, zipfile.BadZipFile) as err:
-            # URLError is an OSError; a transfer cut short is an IncompleteRead
-            errors.append(f"{url}: {type(err).__name__}: {err}")
-            out.unlink(missing_ok=True)
-    raise RuntimeError("could not download TinyImageNet: " + "; ".join(errors))
+        for attempt in ("resume", "anew"):
+            resumed = part.exists() and part.stat().st_size > 0
+            try:
+                download_file(url, out, expected_bytes)
+                problem = _valid_zip(out)
+                if problem is not None:
+                    raise zipfile.BadZipFile(problem)
+                print(*filter(None, notes), sep="\n")
+                return out
+            except (OSError, HTTPException, zipfile.BadZipFile) as err:
+                # URLError is an OSError; a transfer cut short is an IncompleteRead
+                out.unlink(missing_ok=True)
+                refused = isinstance(err, HTTPError) and err.code == 416
+                corrupt = isinstance(err, zipfile.BadZipFile)
+                if attempt == "resume" and resumed and (refused or corrupt):
+                    # The server has no bytes after ours, or ours were not its own:
+                    # start over from byte 0.
+                    notes.append(f"{part}: {type(err).__name__}: {err}; redone")
+                    part.unlink(missing_ok=True)
+                    continue
+                errors.append(f"{url}: {type(err).__name__}: {err}")
+                break
+    left = ""
+    if part.exists():
+        left = (
+            f"; the partial download {part} ({part.stat().st_size} bytes) is kept: "
+            "run again to resume it, or delete it to start over"
+        )
+    raise RuntimeError("could not download TinyImageNet: " + "; ".join(errors) + left)
 
 
 def extract_member(archive: str | Path, member: str, out: str | Path) -> Path:

@@ -286,7 +286,7 @@ def schema_error_line(error) -> str:
     message = error.message
     if error.validator == "pattern":  # a regular expression says little: describe it
         message += f" ({' '.join(error.schema.get('description', '').split())})"
-    elif error.validator in ("oneOf", "anyOf"):  # "not valid under any of ...": say what is
+    elif error.validator in ("oneOf", "anyOf"):  # "not valid under any": say what is
         allowed = " or ".join(_describe(sub) for sub in error.validator_value)
         message = f"not allowed; allowed: {allowed}"
     elif error.validator == "additionalProperties":

@@ -194,7 +194,9 @@ def canonical_rgb(img):
     try:
         return img.convert("RGB")
     except ValueError as err:
-        raise ValueError(f"has mode {img.mode}, not convertible to RGB ({err})") from None
+        raise ValueError(
+            f"has mode {img.mode}, not convertible to RGB ({err})"
+        ) from None
 
 
 def check_test_image(path: str | Path) -> str | None:

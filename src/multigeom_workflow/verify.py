@@ -1,0 +1,311 @@
+"""
+Checking per-image files before Stage 5 uses them.
+
+A per-image file (upstream's ``img{i:04d}.pt``, written by
+`multigeom.pipeline.per_image.estimate_images`) is good when it loads, holds every key
+upstream writes with the right shapes (eigenvalues ``(top_k,)``, eigenvectors
+``(top_k, 4096)``, finite floats), belongs to its configuration and image (its
+``encoder_name``, ``area``, ``img_idx`` and ``image``), and was made with the run's
+settings (seed, observation noise sigma, the estimator's and the diffusion model's
+settings recorded in its provenance). Provenance fields that do not change the result
+(``engine``, ``precision``, the device, the time) are not compared.
+
+A bad file is named with its problem; `set_aside` renames it to ``<name>.bad`` so that
+the next run (Snakemake sees the file missing) recomputes it, and the bad bytes stay
+for inspection.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+__all__ = [
+    "PER_IMAGE_KEYS",
+    "Expected",
+    "check_per_image_file",
+    "bad_per_image_files",
+    "set_aside",
+    "verify_for_stage5",
+]
+
+#: The keys of upstream's per-image file (`multigeom.pipeline.per_image`).
+PER_IMAGE_KEYS = (
+    "img_idx",
+    "image",
+    "encoder_name",
+    "area",
+    "G_eigenvalues",
+    "G_eigenvectors",
+    "J_eigenvalues",
+    "J_eigenvectors",
+    "estimator",
+    "sigma",
+    "elapsed_seconds",
+    "diffusion_epoch",
+    "provenance",
+)
+#: Settings keys that choose how, not what, is computed (issue: a faster engine or
+#: another precision gives the same estimator): not compared.
+IGNORED_SETTINGS = ("engine", "precision")
+#: Pixels of an image: eigenvectors have this many entries.
+N_PIXELS = 64 * 64
+
+
+@dataclass(frozen=True)
+class Expected:
+    """
+    What the run's per-image files must hold.
+
+    Attributes
+    ----------
+    top_k : int
+        Eigenpairs of G(x) and J(x) per file.
+    seed : int
+        The run's seed (image i seeded with seed + i), as the provenance records it.
+    sigma : float
+        The estimator's observation noise sigma.
+    estimator, diffusion : dict or None
+        The run's settings files, parsed; compared with the text the provenance
+        records (None: not compared).
+    """
+
+    top_k: int
+    seed: int
+    sigma: float
+    estimator: dict | None = None
+    diffusion: dict | None = None
+
+    @classmethod
+    def of_scenario(cls, scenario) -> Expected:
+        """The expectations of a `multigeom_workflow.scenario.Scenario`."""
+        return cls(
+            top_k=scenario.top_k,
+            seed=scenario.seed,
+            sigma=float(scenario.estimator["monte_carlo"]["observation_noise_sigma"]),
+            estimator=_settings(Path(scenario.estimator_file).read_text()),
+            diffusion=_settings(Path(scenario.diffusion_file).read_text()),
+        )
+
+
+def _settings(text: str) -> dict | None:
+    """Settings YAML text, parsed, without the keys that do not change results."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {k: v for k, v in data.items() if k not in IGNORED_SETTINGS}
+
+
+def _tensor_problem(d: dict, key: str, shape: tuple[int, ...]) -> str | None:
+    import torch
+
+    value = d[key]
+    if value is None:
+        return f"{key} is None"
+    if not isinstance(value, torch.Tensor):
+        return f"{key} is a {type(value).__name__}, not a tensor"
+    if tuple(value.shape) != shape:
+        return f"{key} has shape {tuple(value.shape)}, expected {shape}"
+    if not value.is_floating_point():
+        return f"{key} has dtype {value.dtype}, expected a float"
+    if not bool(torch.isfinite(value).all()):
+        return f"{key} holds NaN or infinite values"
+    return None
+
+
+def check_per_image_file(
+    path: str | Path,
+    *,
+    encoder: str,
+    area: str,
+    index: int,
+    expected: Expected,
+    image_file: str | Path | None = None,
+) -> str | None:
+    """
+    The problem of a per-image file in a few words, or None when it is good.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file ``.../per_image/<encoder>/<area>/img{index:04d}.pt``.
+    encoder, area : str
+        Its configuration.
+    index : int
+        Its test image's index.
+    expected : Expected
+        The run's settings.
+    image_file : str or Path, optional
+        The test image: the file's ``image`` must be its canonical image
+        (`multigeom_workflow.test_images.load_test_image`), to 1e-6.
+
+    Returns
+    -------
+    str or None
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        return "is missing"
+    if path.stat().st_size == 0:
+        return "is empty (0 bytes)"
+    try:
+        d = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # truncated zip, pickle errors, ...
+        reason = " ".join(str(err).split())[:120]
+        return f"does not load ({type(err).__name__}: {reason})"
+    if not isinstance(d, dict):
+        return f"holds a {type(d).__name__}, not upstream's per-image dict"
+    missing = [k for k in PER_IMAGE_KEYS if k not in d]
+    if missing:
+        return f"has no {', '.join(missing)}"
+    k = expected.top_k
+    for key, shape in (
+        ("G_eigenvalues", (k,)),
+        ("G_eigenvectors", (k, N_PIXELS)),
+        ("J_eigenvalues", (k,)),
+        ("J_eigenvectors", (k, N_PIXELS)),
+        ("image", (1, 1, 64, 64)),
+    ):
+        problem = _tensor_problem(d, key, shape)
+        if problem:
+            return problem
+    own = (d["encoder_name"], d["area"], d["img_idx"])
+    if own != (encoder, area, index):
+        return (
+            f"belongs to {own[0]}/{own[1]} image {own[2]}, not {encoder}/{area} "
+            f"image {index}"
+        )
+    if image_file is not None:
+        from .test_images import load_test_image
+
+        x = load_test_image(image_file)
+        if not torch.allclose(d["image"].reshape(x.shape), x, rtol=0, atol=1e-6):
+            return f"was made from another image than {str(image_file)!r}"
+    if not isinstance(d["sigma"], (int, float)) or not math.isclose(
+        float(d["sigma"]), expected.sigma, rel_tol=1e-9
+    ):
+        return f"was made with sigma = {d['sigma']}, the run's is {expected.sigma}"
+    prov = d["provenance"] if isinstance(d["provenance"], dict) else {}
+    if "seed" in prov and prov["seed"] != expected.seed:
+        return f"was made with seed {prov['seed']}, the run's is {expected.seed}"
+    for name in ("estimator", "diffusion"):
+        want = getattr(expected, name)
+        record = (prov.get("configs") or {}).get(name)
+        if want is None or not isinstance(record, dict) or "text" not in record:
+            continue
+        if _settings(record["text"]) != want:
+            return (
+                f"was made with other {name} settings ({record.get('path', '?')}) "
+                "than the run's"
+            )
+    return None
+
+
+def bad_per_image_files(
+    scenario, *, check_images: bool = True
+) -> list[tuple[str, str]]:
+    """
+    (file, problem) of every per-image file of `scenario` that exists and is bad,
+    in the run's order. Missing files are not listed (the run computes them).
+    """
+    expected = Expected.of_scenario(scenario)
+    out = []
+    for c in scenario.configurations:
+        for i in range(scenario.n_images):
+            f = scenario.per_image_file(c.encoder, c.area, i)
+            if not os.path.exists(f):
+                continue
+            problem = check_per_image_file(
+                f,
+                encoder=c.encoder,
+                area=c.area,
+                index=i,
+                expected=expected,
+                image_file=scenario.test_image_files[i] if check_images else None,
+            )
+            if problem:
+                out.append((f, problem))
+    return out
+
+
+def set_aside(files: Iterable[str | Path]) -> list[Path]:
+    """
+    Rename each file to ``<name>.bad`` (replacing an older one), so that Snakemake
+    sees it missing and recomputes it; returns the new paths.
+    """
+    out = []
+    for f in files:
+        f = Path(f)
+        aside = f.with_name(f.name + ".bad")
+        f.replace(aside)
+        out.append(aside)
+    return out
+
+
+def verify_for_stage5(
+    per_image_files: Iterable[str | Path],
+    image_files: list[str],
+    expected: Expected,
+    out: str | Path,
+) -> Path:
+    """
+    Check every per-image file Stage 5 will read (the job before Stage 5, so that a bad
+    file stops the run before Snakemake deletes the previous metrics); write `out`, the
+    list of the good files (path, bytes), when all are good.
+
+    Parameters
+    ----------
+    per_image_files : iterable of path
+        ``.../per_image/<encoder>/<area>/img{i:04d}.pt``: the folders name the
+        configuration, the file name the image.
+    image_files : list of str
+        The test set: image i is ``image_files[i]``.
+    expected : Expected
+    out : str or Path
+        The list, written atomically.
+
+    Raises
+    ------
+    RuntimeError
+        One line naming the bad files (set aside as ``<name>.bad``, so that the next
+        run recomputes them), the first one's problem, and what to do.
+    """
+    from .files import atomic_path
+
+    rows, bad = [], []
+    for f in map(Path, per_image_files):
+        index = int(f.stem.removeprefix("img"))
+        problem = check_per_image_file(
+            f,
+            encoder=f.parent.parent.name,
+            area=f.parent.name,
+            index=index,
+            expected=expected,
+            image_file=image_files[index],
+        )
+        if problem:
+            print(f"bad per-image file {f}: {problem}")
+            bad.append((f, problem))
+        else:
+            rows.append(f"{f}\t{f.stat().st_size}")
+    if bad:
+        set_aside(f for f, _ in bad)
+        first, problem = bad[0]
+        raise RuntimeError(
+            f"{len(bad)} per-image file(s) are bad and were set aside as <name>.bad "
+            f"(first: {first} {problem}); run the workflow again to recompute them "
+            "(`multigeom-workflow verify` lists bad files)"
+        )
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text("\n".join(rows) + "\n")
+    return Path(out)
