@@ -11,12 +11,14 @@ renamed into place only when complete.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .files import write_error_line
 from .scenario import to_namespace
 from .test_images import load_test_image
 
@@ -132,7 +134,10 @@ def estimate_to_file(
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     image = load_test_image(image_file)
-    with tempfile.TemporaryDirectory(prefix=f".{out.stem}.", dir=out.parent) as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix=f".{out.stem}.", dir=out.parent) as tmp,
+        _write_errors_named(out),
+    ):
         (written,) = estimate_images(
             models.encoder,
             models.unet,
@@ -150,6 +155,18 @@ def estimate_to_file(
         )
         Path(written).replace(out)
     return out
+
+
+@contextlib.contextmanager
+def _write_errors_named(out: Path):
+    """A full disk or a read-only folder while writing `out`: one line naming it."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        line = write_error_line(err, out)
+        if line is None:
+            raise
+        raise OSError(line) from err
 
 
 def estimate_request(models: Models, request: dict) -> Path:

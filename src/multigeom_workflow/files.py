@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import uuid
 from pathlib import Path
 
-__all__ = ["atomic_path"]
+__all__ = ["atomic_path", "write_error_line"]
+
+#: What torch's file writer says when the disk fills up under it (its zip writer
+#: checks positions: ``[enforce fail at inline_container.cc:...] . unexpected pos``).
+TORCH_WRITE_FAILURES = (
+    "unexpected pos",
+    "PytorchStreamWriter failed",
+    "file write failed",
+)
 
 
 @contextlib.contextmanager
@@ -35,3 +45,38 @@ def atomic_path(final: str | Path):
         tmp.replace(final)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_error_line(err: BaseException, path: str | Path) -> str | None:
+    """
+    One line for an error met while writing `path` (a full disk, a read-only folder),
+    naming the file, the folder's free space and what to do; None for other errors.
+
+    A full disk reaches us as ``OSError(ENOSPC)`` or, from `torch.save`, as a
+    ``RuntimeError`` of its zip writer (``[enforce fail at inline_container.cc:664] .
+    unexpected pos ...``); a read-only folder as ``EROFS`` / ``EACCES``.
+    """
+    path = Path(path)
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    code = getattr(err, "errno", None)
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return (
+            f"{path}: could not be written, {folder} is read-only for this user "
+            f"({os.strerror(code)}); fix its permissions, or set runs_dir to a folder "
+            "you can write to, and run again"
+        )
+    text = str(err)
+    if code in (errno.ENOSPC, errno.EDQUOT) or any(
+        s in text for s in TORCH_WRITE_FAILURES
+    ):
+        try:
+            free = f"{shutil.disk_usage(folder).free / 1e6:.1f} MB free"
+        except OSError:
+            free = "free space unknown"
+        return (
+            f"{path}: could not be written, the disk of {folder} is full ({free}); "
+            "free space (or set runs_dir to another disk) and run again"
+        )
+    return None
