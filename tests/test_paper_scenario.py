@@ -33,6 +33,7 @@ def test_dry_run_plans_the_paper_without_network(tmp_path):
         "fetch_diffusion": 4,
         "extract_test_image": 200,
         "estimate_image": 800,
+        "verify_per_image_files": 1,
         "align_configs": 1,
         "plot_fig4de": 1,
         "all": 1,
