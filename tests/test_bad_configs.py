@@ -253,6 +253,18 @@ def test_tinyimagenet_folder_itself_is_read_as_its_parent(
     assert list(container.test_image_files[:3]) == want
 
 
+def test_unreadable_tinyimagenet_image_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    zipfile.ZipFile(io.BytesIO(tinyimagenet_zip(12))).extractall("data")
+    bad = tmp_path / "data/tiny-imagenet-200/val/images/val_1.JPEG"
+    bad.write_bytes(bad.read_bytes()[:40])  # cut short
+    images = {"source": "tinyimagenet", "path": "data"}
+    with pytest.raises(
+        ConfigError, match=r"test image 1 '.*val_1\.JPEG' cannot be read"
+    ):
+        validated_scenario(tiny(n_images=3, test_images=images), REPO)
+
+
 def test_folder_holding_val_under_another_name_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tin" / "val" / "images").mkdir(parents=True)

@@ -662,7 +662,10 @@ def load_scenario(
             f"config key 'n_images' = {n_images}: the test set of source {source!r} "
             f"has {len(files)} images; allowed: 1 to {len(files)}"
         )
-    if source == "folder" and not remote:
+    listed = source == "folder" or (
+        source == "tinyimagenet" and not config["test_images"]["download"]
+    )
+    if listed and not remote:  # files already there: each must read as an image
         _check_readable(files[:n_images])
     _check_seed(int(config["seed"]), n_images)
     _check_device(str(config["device"]))
