@@ -98,15 +98,21 @@ def test_seed_bound_is_torchs():
         validated_scenario(tiny(seed=MAX_SEED), REPO)
 
 
-def test_read_only_folder_is_named(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "folder, key",
+    [("results", "results_dir"), ("runs/per_image/onoff/simple", "runs_dir")],
+)
+def test_read_only_folder_is_named(tmp_path, monkeypatch, folder, key):
+    # (as root, chmod does not stop writes: os.access stands in for a read-only mount)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "results").mkdir()
+    (tmp_path / folder).mkdir(parents=True)
     real = os.access
     monkeypatch.setattr(
-        os, "access", lambda p, m: False if str(p) == "results" else real(p, m)
+        os, "access", lambda p, m: False if str(p) == folder else real(p, m)
     )
+    value = folder.split("/")[0]
     with pytest.raises(
-        ConfigError, match="'results_dir' = 'results': 'results' is not writable"
+        ConfigError, match=f"'{key}' = '{value}': '{folder}' is not writable"
     ):
         validated_scenario(tiny(), REPO)
 

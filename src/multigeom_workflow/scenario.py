@@ -498,12 +498,16 @@ def _check_device(device: str):
         )
 
 
-def _check_writable(config: dict, runs_dir: str):
+def _check_writable(config: dict, runs_dir: str, configurations=()):
     """The folders the run writes into: existing ones must be writable folders."""
     folders = [("runs_dir", runs_dir), ("results_dir", str(config["results_dir"]))]
     for key, value in folders:
         path = Path(value)
-        below = [path / "per_image", path / "metrics"] if key == "runs_dir" else []
+        below = []
+        if key == "runs_dir":
+            below = [path / "per_image", path / "metrics"] + [
+                path / "per_image" / c.encoder / c.area for c in configurations
+            ]
         while not path.exists() and path != path.parent:
             path = path.parent
         for folder in [path, *(p for p in below if p.exists())]:
@@ -670,7 +674,7 @@ def load_scenario(
     _check_seed(int(config["seed"]), n_images)
     _check_device(str(config["device"]))
     if not remote:
-        _check_writable(config, runs_dir)
+        _check_writable(config, runs_dir, configurations)
     est_file = resolve_settings_file(
         str(config["estimator"]), "estimator", workflow_dir
     )
