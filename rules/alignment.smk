@@ -7,7 +7,12 @@ rule align_configs:
     input:
         get_per_image_files,
     output:
-        f"{RUNS}/metrics/cross_encoder_metrics.json",
+        report(
+            f"{RUNS}/metrics/cross_encoder_metrics.json",
+            caption="../report/metrics_json.rst",
+            category="Stage 5",
+            labels={"table": "metrics file (JSON)"},
+        ),
     params:
         max_k=SCENARIO.top_k,
     log:

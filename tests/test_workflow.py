@@ -106,7 +106,13 @@ def test_resume_recomputes_only_the_deleted_image(tiny_copy):
     assert dry.returncode == 0, dry.stderr
     jobs = planned_jobs(dry)
     assert jobs["estimate_image"] == 1
-    assert set(jobs) == {"estimate_image", "align_configs", "plot_fig4de", "all"}
+    assert set(jobs) == {
+        "estimate_image",
+        "align_configs",
+        "plot_fig4de",
+        "summarize_run",
+        "all",
+    }
 
     result = run_snakemake(tiny_copy)
     assert result.returncode == 0, result.stderr[-3000:]
