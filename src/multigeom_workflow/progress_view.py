@@ -71,6 +71,13 @@ class ProgressState:
     def _count(files: list[str]) -> int:
         return sum(os.path.exists(f) for f in files)
 
+    def restart_clock(self) -> None:
+        """Count the rate from now: files done so far no longer count in it."""
+        self.refresh()
+        with self.lock:
+            self.initial = dict(self.done)
+            self.started = time.monotonic()
+
     def refresh(self) -> bool:
         """Count the files again; True when a count changed."""
         new = {c: self._count(files) for c, files in self.plan.items()}

@@ -62,6 +62,7 @@ class LogHandler(LogHandlerBase):
         self._stop = threading.Event()
         self._thread = None
         self._write_lock = threading.Lock()
+        self._first_job_seen = False
 
     # Snakemake's interface -------------------------------------------------------
     @property
@@ -91,6 +92,15 @@ class LogHandler(LogHandlerBase):
             self.handleError(record)
             return
         self._start_view()
+        if (
+            self.state is not None
+            and not self._first_job_seen
+            and getattr(record, "event", None) == "job_info"
+            and getattr(record, "rule_name", None) == "estimate_image"
+        ):
+            # the rate counts from the first per-image job, not from the assets' build
+            self._first_job_seen = True
+            self.state.restart_clock()
         if message and message != "None":
             self._write(message)
         if getattr(record, "event", None) in ("job_finished", "progress"):
