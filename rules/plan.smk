@@ -35,7 +35,7 @@ SLURM_RUN = any(
     name.startswith("slurm_")
     for resources in (
         workflow.resource_settings.overwrite_resources.get("estimate_image", {}),
-        workflow.resource_settings._parsed_default_resources or {},
+        workflow.resource_settings.default_resources or {},
     )
     for name in resources
 ) and not workflow.remote_exec

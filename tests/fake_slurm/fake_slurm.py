@@ -272,7 +272,9 @@ def run_batch_job(job_id: str) -> None:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    update_job(job_id, state="RUNNING", pgid=proc.pid, started=time.time())
+    job = update_job(job_id, state="RUNNING", pgid=proc.pid, started=time.time())
+    if job.get("cancelled"):  # scancel came while the job was starting
+        kill_job_processes(proc.pid, job_id)
     limit = job["time_limit_min"]
     timed_out = False
     try:
