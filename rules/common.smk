@@ -47,7 +47,7 @@ if not _slurm_job or os.environ.get("MULTIGEOM_SLURM_JOB_ID") != _slurm_job:
     if _slurm_job:
         from multigeom_workflow.gpus import lock_dir
 
-        os.environ["MULTIGEOM_GPU_LOCK_DIR"] = str(lock_dir() / f"slurm-{_slurm_job}")
+        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{_slurm_job}"))
 RUNS = SCENARIO.runs_dir
 RESULTS = config["results_dir"].rstrip("/")
 DEMO = config["demo"]

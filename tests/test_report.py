@@ -57,7 +57,14 @@ def read_tables(html: str) -> pd.DataFrame:
     parser.feed(html)
     frames = [pd.DataFrame(t[1:], columns=t[0]) for t in parser.tables]
     table = pd.concat(frames, ignore_index=True)
-    return table.apply(lambda col: pd.to_numeric(col, errors="ignore"))
+
+    def numeric(col):
+        try:
+            return pd.to_numeric(col)
+        except ValueError:
+            return col
+
+    return table.apply(numeric)
 
 
 def report_results(html: str) -> dict:
