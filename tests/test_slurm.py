@@ -21,6 +21,8 @@ import pytest
 import torch
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
 
+from multigeom_workflow.plan import slurm_lines, slurm_runtime_minutes
+
 FAKE_BIN = REPO / "tests" / "fake_slurm" / "bin"
 TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
 
@@ -189,3 +191,21 @@ def test_a_cancelled_run_leaves_nothing_that_looks_finished(tiny_run, tmp_path):
     )
     done = len(list((work / "runs" / "per_image").rglob("*.pt")))
     assert f"per-image computations left: {8 - done}" in dry.stderr
+
+
+def test_runtime_and_gpu_hours_per_shard():
+    # (2 x seconds per image + 15 s of start-up), whole minutes
+    assert slurm_runtime_minutes(15.0) == 1  # 45 s
+    assert slurm_runtime_minutes(30.0) == 2  # 75 s
+    assert slurm_runtime_minutes(885.0) == 30  # 1,785 s
+    shards = [(80, 1, 80 * 15 + 15), (80, 2, 80 * 15 + 30)]
+    lines = slurm_lines(shards, 15.0, "measured")
+    assert lines[1] == (
+        "    GPU-hours per shard: 0.338 to 0.342 (0.679 in all); time limit per "
+        "shard 80 min at most"
+    )
+    assert lines[2:] == [
+        "    shard-00: 80 image(s) of 1 configuration(s), 0.338 GPU-hours",
+        "    shard-01: 80 image(s) of 2 configuration(s), 0.342 GPU-hours",
+    ]
+    assert slurm_lines([], 0.0, "nothing left") == []

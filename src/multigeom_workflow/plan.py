@@ -234,7 +234,9 @@ def slurm_estimate(
     shards = make_shards(pending_images(scenario), max(nodes or 1, 1))
     if not shards:
         return [], 0.0, "nothing left"
-    kind = "gpu" if scenario.uses_gpu else "cpu"
+    # The allocations' device, not this machine's: a login node without a GPU falls
+    # back to the CPU here, while the shards compute on their GPUs.
+    kind = "cpu" if scenario.device_asked == "cpu" else "gpu"
     spi, source = _seconds_per_image(scenario, timings, kind)
     out = []
     for shard in shards:
@@ -262,11 +264,12 @@ def slurm_lines(
     if not shards:
         return []
     hours = [s / 3600 for _, _, s in shards]
+    low, high = f"{min(hours):.3g}", f"{max(hours):.3g}"
     lines = [
         f"  on SLURM (profiles/slurm): {len(shards)} allocation(s) of 1 GPU, one per "
         f"shard; {seconds_per_image:.3g} s per image ({source})",
-        f"    GPU-hours per shard: {min(hours):.3g}"
-        + (f" to {max(hours):.3g}" if max(hours) > min(hours) else "")
+        f"    GPU-hours per shard: {low}"
+        + (f" to {high}" if high != low else "")
         + f" ({sum(hours):.3g} in all); time limit per shard "
         f"{slurm_runtime_minutes(seconds_per_image) * max(n for n, _, _ in shards)} "
         "min at most",
