@@ -19,7 +19,12 @@ def cluster(tmp_path):
 
     def run(*argv, stdin=None):
         return subprocess.run(
-            list(argv), env=env, input=stdin, capture_output=True, text=True
+            list(argv),
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
         )
 
     return run, tmp_path
@@ -69,7 +74,7 @@ def test_a_job_runs_and_completes(cluster):
         "squeue", "--format=%i|%T", "--states=all", "--noheader", "--name", "run1"
     )
     assert squeue.stdout == f"{job_id}|COMPLETED\n"
-    plain = run("sbatch", "--wrap=true")
+    plain = run("sbatch", "-D", str(tmp), "--wrap=true")
     assert plain.stdout.startswith("Submitted batch job ")
 
 
