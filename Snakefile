@@ -12,6 +12,9 @@ min_version("9.19")
 configfile: "config/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/plan.smk"
 include: "rules/demo.smk"
@@ -19,6 +22,7 @@ include: "rules/fetch.smk"
 include: "rules/estimate.smk"
 include: "rules/alignment.smk"
 include: "rules/figures.smk"
+include: "rules/report.smk"
 
 
 rule all:

@@ -23,7 +23,12 @@ rule align_configs:
         per_image=get_per_image_files,
         checked=rules.verify_per_image_files.output[0],
     output:
-        f"{RUNS}/metrics/cross_encoder_metrics.json",
+        report(
+            f"{RUNS}/metrics/cross_encoder_metrics.json",
+            caption="../report/metrics_json.rst",
+            category="Stage 5",
+            labels={"table": "metrics file (JSON)"},
+        ),
     params:
         max_k=SCENARIO.top_k,
         n_images=SCENARIO.n_images,

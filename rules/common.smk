@@ -37,10 +37,21 @@ if SCENARIO.stage5_skipped:
     print(SCENARIO.stage5_skipped, file=sys.stderr)
 # For the per-image jobs this run starts (they inherit the environment): the process
 # their warm workers watch (they end with it), and how many share the CPU at once.
-os.environ.update(
-    MULTIGEOM_SNAKEMAKE_PID=str(os.getpid()),
-    MULTIGEOM_CPU_SLOTS=str(workflow.resource_settings.cores or 1),
-)
+# In a SLURM allocation (a shard, profiles/slurm) every per-image job is a Snakemake
+# process of its own: they keep the allocation's first Snakemake as their run, so that
+# one warm worker serves the whole shard, with slot locks of the allocation's own
+# (SLURM numbers every allocation's GPUs from 0, and allocations may share a node).
+_slurm_job = os.environ.get("SLURM_JOB_ID", "")
+if not _slurm_job or os.environ.get("MULTIGEOM_SLURM_JOB_ID") != _slurm_job:
+    os.environ.update(
+        MULTIGEOM_SNAKEMAKE_PID=str(os.getpid()),
+        MULTIGEOM_CPU_SLOTS=str(workflow.resource_settings.cores or 1),
+        MULTIGEOM_SLURM_JOB_ID=_slurm_job,
+    )
+    if _slurm_job:
+        from multigeom_workflow.gpus import lock_dir
+
+        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{_slurm_job}"))
 RUNS = SCENARIO.runs_dir
 RESULTS = config["results_dir"].rstrip("/")
 DEMO = config["demo"]
@@ -67,7 +78,7 @@ wildcard_constraints:
 
 def get_final_outputs():
     """
-    Every per-image file, Stage 5's metrics and the figure. The per-image files are
+    Every per-image file, Stage 5's metrics, the figure and the report's tables. The per-image files are
     targets themselves, so that one deleted after the figure was drawn is recomputed.
     Without two comparable configurations (`Scenario.stage5_skipped`), the per-image
     files only.
@@ -79,6 +90,10 @@ def get_final_outputs():
         f"{RUNS}/metrics/cross_encoder_metrics.json",
         f"{RESULTS}/fig4de.png",
         f"{RESULTS}/fig4de.pdf",
+        # the report's tables (rules/report.smk)
+        f"{RESULTS}/report/stage5_metrics.html",
+        f"{RESULTS}/report/progress.html",
+        f"{RESULTS}/report/settings.html",
     ]
 
 

@@ -21,5 +21,6 @@ rule estimate_image:
     threads: 1
     resources:
         gpu=ESTIMATE_GPUS,
+        runtime=ESTIMATE_RUNTIME_MIN,  # minutes, for SLURM only (rules/plan.smk)
     script:
         "../scripts/estimate_image.py"

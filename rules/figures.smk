@@ -6,7 +6,12 @@ rule plot_fig4de:
     input:
         metrics=rules.align_configs.output[0],
     output:
-        png=f"{RESULTS}/fig4de.png",
+        png=report(
+            f"{RESULTS}/fig4de.png",
+            caption="../report/fig4de.rst",
+            category="Figure",
+            labels={"figure": "Fig. 4D-E"},
+        ),
         pdf=f"{RESULTS}/fig4de.pdf",
     log:
         "logs/plot_fig4de.log",

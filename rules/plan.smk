@@ -2,7 +2,16 @@
 # list; a real run with the Modal executor refuses to start over budget.
 
 from multigeom_workflow.cost import budget_problem
-from multigeom_workflow.plan import estimate_lines, progress, run_estimates
+from multigeom_workflow.cost import read_timings
+from multigeom_workflow.progress_view import set_plan
+from multigeom_workflow.plan import (
+    estimate_lines,
+    progress,
+    run_estimates,
+    slurm_estimate,
+    slurm_lines,
+    slurm_runtime_minutes,
+)
 
 
 def _estimates(done, modal_gpu=None):
@@ -18,9 +27,44 @@ def _estimates(done, modal_gpu=None):
     )
 
 
+# A run for SLURM (profiles/slurm asks SLURM resources of the per-image jobs): the
+# dry run adds GPU-hours per shard, and a per-image job's `runtime` (minutes; a shard's
+# time limit is their sum) follows the seconds per image of the estimate. Elsewhere,
+# and inside an allocation, `runtime` is not used: no per-image file is read for it.
+SLURM_RUN = any(
+    name.startswith("slurm_")
+    for resources in (
+        workflow.resource_settings.overwrite_resources.get("estimate_image", {}),
+        workflow.resource_settings.default_resources or {},
+    )
+    for name in resources
+) and not workflow.remote_exec
+_slurm = (
+    slurm_estimate(
+        SCENARIO,
+        read_timings(SCENARIO.per_image_files()),
+        workflow.resource_settings.nodes,
+    )
+    if SLURM_RUN
+    else None
+)
+ESTIMATE_RUNTIME_MIN = slurm_runtime_minutes(_slurm[1]) if _slurm and _slurm[0] else None
+
+if not workflow.output_settings.dryrun and not workflow.remote_exec:
+    # the per-image files of the run, for the live view (--logger multigeom)
+    set_plan(
+        {
+            f"{c.encoder}/{c.area}": SCENARIO.per_image_files(c)
+            for c in SCENARIO.configurations
+        }
+    )
+
 if workflow.output_settings.dryrun:
     _done = progress(SCENARIO)
-    print("\n".join(estimate_lines(SCENARIO, _done, *_estimates(_done))), file=sys.stderr)
+    _lines = estimate_lines(SCENARIO, _done, *_estimates(_done))
+    if _slurm:
+        _lines += slurm_lines(*_slurm)
+    print("\n".join(_lines), file=sys.stderr)
 
 
 onstart:

@@ -138,7 +138,12 @@ def test_no_gpu_is_said_in_one_line(tmp_path):
 def test_bare_profile_names_after_install(tmp_path):
     target = tmp_path / "xdg" / "snakemake"
     links = install_profiles(REPO / "profiles", target)
-    assert sorted(link.name for link in links) == ["local-cpu", "local-gpu", "modal"]
+    assert sorted(link.name for link in links) == [
+        "local-cpu",
+        "local-gpu",
+        "modal",
+        "slurm",
+    ]
     assert install_profiles(REPO / "profiles", target) == links  # idempotent
     work = tmp_path / "work"
     work.mkdir()

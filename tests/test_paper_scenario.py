@@ -36,6 +36,7 @@ def test_dry_run_plans_the_paper_without_network(tmp_path):
         "verify_per_image_files": 1,
         "align_configs": 1,
         "plot_fig4de": 1,
+        "summarize_run": 1,
         "all": 1,
     }
     # Torchvision's weights are not cached here: a warning per missing file.

@@ -111,6 +111,7 @@ def test_resume_recomputes_only_the_deleted_image(tiny_copy):
         "verify_per_image_files",
         "align_configs",
         "plot_fig4de",
+        "summarize_run",
         "all",
     }
 

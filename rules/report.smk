@@ -1,0 +1,41 @@
+# The run's tables for its Snakemake report (`snakemake --report report.html`): Stage
+# 5's metrics, per-configuration progress and seconds per image (from the per-image
+# jobs' benchmark files, read as they are: never an input, so a missing benchmark
+# recomputes nothing), and the settings of the run. Captions: report/*.rst.
+
+
+rule summarize_run:
+    localrule: True
+    input:
+        metrics=rules.align_configs.output[0],
+        per_image=get_per_image_files,
+    output:
+        metrics=report(
+            f"{RESULTS}/report/stage5_metrics.html",
+            caption="../report/stage5_metrics.rst",
+            category="Stage 5",
+            labels={"table": "alignment A_k per pair"},
+        ),
+        metrics_csv=f"{RESULTS}/report/stage5_metrics.csv",
+        progress=report(
+            f"{RESULTS}/report/progress.html",
+            caption="../report/progress.rst",
+            category="Run",
+            labels={"table": "progress and seconds per image"},
+        ),
+        settings=report(
+            f"{RESULTS}/report/settings.html",
+            caption="../report/settings.rst",
+            category="Run",
+            labels={"table": "settings"},
+        ),
+    params:
+        configurations=[[c.encoder, c.area] for c in SCENARIO.configurations],
+        settings_files={
+            "estimator": str(SCENARIO.estimator_file),
+            "diffusion": str(SCENARIO.diffusion_file),
+        },
+    log:
+        "logs/summarize_run.log",
+    script:
+        "../scripts/summarize_run.py"

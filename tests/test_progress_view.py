@@ -1,0 +1,99 @@
+"""
+The live progress view (`multigeom_workflow.progress_view`) and the logger plugin that
+draws it (``--logger multigeom``): images done per configuration, images per minute,
+time left; plain lines when the output is not a terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from multigeom_workflow import progress_view
+from multigeom_workflow.progress_view import ProgressState, format_duration_short
+from snakemake_logger_plugin_multigeom import LogHandler, LogHandlerSettings
+
+
+def make_plan(tmp_path, done: dict[str, int], total: int = 4) -> dict[str, list[str]]:
+    plan = {}
+    for config, n in done.items():
+        files = [
+            str(tmp_path / config.replace("/", "_") / f"img{i}.pt")
+            for i in range(total)
+        ]
+        for f in files[:n]:
+            (tmp_path / config.replace("/", "_")).mkdir(exist_ok=True)
+            open(f, "w").close()
+        plan[config] = files
+    return plan
+
+
+def test_rate_and_time_left(tmp_path):
+    plan = make_plan(tmp_path, {"a/V1": 1, "b/V1": 0})
+    state = ProgressState(plan, started=100.0)
+    assert state.totals() == (1, 8, 0)
+    assert state.rate_per_min(now=160.0) is None  # files there before do not count
+    for f in plan["b/V1"][:3]:
+        (tmp_path / "b_V1").mkdir(exist_ok=True)
+        open(f, "w").close()
+    assert state.refresh() is True
+    assert state.refresh() is False
+    # 3 new images in 90 s: 2 images/min; 4 left: 2 minutes
+    assert state.rate_per_min(now=190.0) == pytest.approx(2.0)
+    assert state.seconds_left(now=190.0) == pytest.approx(120.0)
+    line = state.line(now=190.0)
+    state.restart_clock()  # the first per-image job starts: the rate counts from now
+    assert state.totals() == (4, 8, 0) and state.rate_per_min() is None
+    assert line == (
+        "progress: 4/8 images (a/V1 1/4, b/V1 3/4); 2 images/min; about 2 min left"
+    )
+
+
+def test_durations_are_short():
+    assert [format_duration_short(s) for s in (45, 720, 12240)] == [
+        "45 s",
+        "12 min",
+        "3.4 h",
+    ]
+
+
+def test_plain_lines_when_not_a_terminal(tmp_path, monkeypatch):
+    plan = make_plan(tmp_path, {"a/V1": 0})
+    monkeypatch.setattr(progress_view, "PLAN", plan)
+    out = io.StringIO()  # not a terminal
+    monkeypatch.setattr(sys, "stderr", out)
+    common = SimpleNamespace(stdout=False, dryrun=False)
+    handler = LogHandler(common, LogHandlerSettings(interval=3600))
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    try:
+        handler.emit(logging.makeLogRecord({"msg": "Building DAG of jobs..."}))
+        (tmp_path / "a_V1").mkdir()
+        open(plan["a/V1"][0], "w").close()
+        handler.emit(
+            logging.makeLogRecord(
+                {"msg": "Finished jobid: 3", "event": "job_finished", "job_id": 3}
+            )
+        )
+    finally:
+        handler.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "progress: 0/4 images (a/V1 0/4); rate not known yet"
+    assert lines[1] == "Building DAG of jobs..."
+    assert lines[2] == "Finished jobid: 3"
+    assert lines[3].startswith("progress: 1/4 images (a/V1 1/4); ")
+    assert "images/min; about" in lines[3]
+
+
+def test_no_view_in_a_dry_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress_view, "PLAN", make_plan(tmp_path, {"a/V1": 0}))
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", out)
+    handler = LogHandler(SimpleNamespace(stdout=False, dryrun=True), None)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.emit(logging.makeLogRecord({"msg": "Job stats:"}))
+    handler.close()
+    assert out.getvalue() == "Job stats:\n"
