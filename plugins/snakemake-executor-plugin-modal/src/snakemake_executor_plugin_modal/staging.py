@@ -226,6 +226,8 @@ class VolumeStager:
         paths = list(paths)
         if not paths:
             return []
+        with self._lock:
+            self.manifest()  # downloaded files are recorded in it
         try:
             entries = self.volume.listdir(self.prefix or "/", recursive=True)
         except modal.exception.NotFoundError:
@@ -271,8 +273,7 @@ class VolumeStager:
         st = local.stat()
         with self._lock:
             self._hashes[frel] = (st.st_size, st.st_mtime_ns, digest.hexdigest())
-            if self._manifest is not None:
-                self._manifest[frel] = digest.hexdigest()
+            self._manifest[frel] = digest.hexdigest()
 
 
 def _is_file(entry) -> bool:
