@@ -117,6 +117,7 @@ def cmd_progress(scenario: Scenario, args) -> int:
         prefix = args.modal_volume_prefix or default_prefix()
         done = volume_progress(scenario, args.modal_volume, prefix)
         print(f"on Modal volume {args.modal_volume!r}, folder {prefix!r}:")
+        print("(finished there; the next run with the same settings reuses them)")
     else:
         done = progress(scenario)
     for (enc, area), (n, total) in done.items():
@@ -194,7 +195,8 @@ def main(argv=None) -> int:
     common.add_argument(
         "--modal-volume-prefix",
         metavar="FOLDER",
-        help="the run's folder on the volume (default: this directory's name)",
+        help="the run's folder on the volume (default: this directory's name and "
+        "a hash of its path, as the Modal plugin names it)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(

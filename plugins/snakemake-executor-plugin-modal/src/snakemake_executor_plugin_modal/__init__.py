@@ -248,10 +248,10 @@ class Executor(RemoteExecutor):
         except Exception as e:
             text = str(e).strip().splitlines()[0] if str(e).strip() else ""
             kind = "" if isinstance(e, WorkflowError) else f"{type(e).__name__}: "
-            self.report_job_error(
-                SubmittedJobInfo(job),
-                msg=f"Modal: job {self.get_jobname(job)} not submitted: {kind}{text}",
-            )
+            msg = f"Modal: job {self.get_jobname(job)} not submitted: {kind}{text}"
+            if job.is_group():  # Snakemake prints no message for a group's error
+                self.logger.error(msg)
+            self.report_job_error(SubmittedJobInfo(job), msg=msg)
 
     def submit(self, job) -> None:
         """Stage the job's files and spawn its container (see :meth:`run_job`)."""
@@ -311,31 +311,45 @@ class Executor(RemoteExecutor):
             "log": JOB_LOG.format(name=self.get_jobname(job)),
             "sync_every_s": self.settings.sync_seconds,
             "members": [
-                {"target": t, "outputs": rel(j.output), "key": self.job_key(j)}
-                for t, j in zip(targets, members, strict=True)
+                {"target": t, "outputs": rel(j.output), "key": key}
+                for t, j, key in zip(
+                    targets, members, self.job_keys(members), strict=True
+                )
             ],
         }
 
-    def job_key(self, job) -> str:
+    def job_keys(self, members: list) -> list[str]:
         """
-        What makes a job's outputs reusable: a SHA-256 of its rule, wildcards,
+        What makes each job's outputs reusable: a SHA-256 of its rule, wildcards,
         parameters and the contents of its inputs (files, or the files inside
-        folders). An output on the volume is reused only by a job with the same key.
+        folders; for an input made by another job of the group, that job's key).
+        An output on the volume is reused only by a job with the same key.
         """
-        inputs = {
-            relative_to_workdir(f, self.workdir): self.stager.content_hash(
-                relative_to_workdir(f, self.workdir)
-            )
-            for f in job.input
-        }
-        record = {
-            "rule": job.rule.name,
-            "wildcards": dict(job.wildcards_dict),
-            "params": {k: v for k, v in job.params.items()},
-            "inputs": inputs,
-        }
-        text = json.dumps(record, sort_keys=True, default=repr)
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
+        made_by = {str(f): j for j in members for f in j.output}
+        keys: dict[int, str] = {}
+
+        def key(job) -> str:
+            if id(job) not in keys:
+                inputs = {}
+                for f in job.input:
+                    rel = relative_to_workdir(f, self.workdir)
+                    producer = made_by.get(str(f))
+                    inputs[rel] = (
+                        "made by " + key(producer)
+                        if producer is not None
+                        else self.stager.content_hash(rel)
+                    )
+                record = {
+                    "rule": job.rule.name,
+                    "wildcards": dict(job.wildcards_dict),
+                    "params": {k: v for k, v in job.params.items()},
+                    "inputs": inputs,
+                }
+                text = json.dumps(record, sort_keys=True, default=repr)
+                keys[id(job)] = hashlib.sha256(text.encode()).hexdigest()[:32]
+            return keys[id(job)]
+
+        return [key(j) for j in members]
 
     def get_job_args(self, job, **kwargs):
         """
@@ -436,11 +450,13 @@ class Executor(RemoteExecutor):
             if outcome.ok:
                 self.report_job_success(job_info)
             else:
-                self.report_job_error(
-                    job_info,
-                    msg=f"Modal call {job_info.external_jobid}: {outcome.message}\n"
-                    + self.log_report(job_info, outcome),
+                msg = (
+                    f"Modal call {job_info.external_jobid}: {outcome.message}\n"
+                    + self.log_report(job_info, outcome)
                 )
+                if job_info.job.is_group():  # Snakemake prints no message for it
+                    self.logger.error(f"{self.get_jobname(job_info.job)}: {msg}")
+                self.report_job_error(job_info, msg=msg)
 
     def log_report(self, job_info, outcome) -> str:
         """The tail of a failed job's container log, and where the whole log is."""
