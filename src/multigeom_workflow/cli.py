@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from . import modal_check
 from .modal_volume import default_prefix, volume_files, volume_progress, volume_remove
 from .plan import progress
 from .scenario import ConfigError, Scenario, validated_scenario
@@ -223,8 +224,11 @@ def main(argv=None) -> int:
     install.add_argument(
         "--workflow-dir", type=Path, default=common.get_default("workflow_dir")
     )
+    modal_check.add_parser(sub)
     args = parser.parse_args(argv)
     try:
+        if args.command == "modal-check":
+            return modal_check.main(args)
         if args.command == "install-profiles":
             for link in install_profiles(args.workflow_dir / "profiles"):
                 print(f"{link} -> {link.resolve()}")

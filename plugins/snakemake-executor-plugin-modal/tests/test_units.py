@@ -276,3 +276,17 @@ def test_runtime_resource_is_minutes():
 
     assert _runtime_seconds(_job(runtime=2)) == 120.0
     assert _runtime_seconds(_job()) is None
+
+
+def test_files_named_by_the_config_are_shipped_tracked_or_not(tmp_path):
+    from snakemake_executor_plugin_modal import _config_files
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "new-settings.yaml").write_text("a: 1")  # not in git
+    (tmp_path / "data").mkdir()
+    config = {
+        "settings": "config/new-settings.yaml",
+        "nested": [{"folder": "data"}, "not a path", 3],
+        "outside": "../elsewhere.yaml",
+    }
+    assert _config_files(config, tmp_path) == ["config/new-settings.yaml"]

@@ -277,11 +277,16 @@ class Executor(RemoteExecutor):
     def job_spec(self, job) -> dict:
         """The argument of the container's ``run_job`` for this job."""
         if self._sources is None:
-            self._sources = sorted(
+            # Snakemake's sources (included files, scripts, config files, git's
+            # files) and the files the config names, tracked by git or not: the
+            # container parses the workflow as this machine does
+            sources = {
                 relative_to_workdir(f, self.workdir)
                 for f in self.workflow.dag.get_sources()
                 if os.path.isfile(f)
-            )
+            }
+            sources |= set(_config_files(self.workflow.config, self.workdir))
+            self._sources = sorted(sources)
         rel = lambda files: [relative_to_workdir(f, self.workdir) for f in files]  # noqa: E731
         members = _members(job)
         # a group's intermediate files are outputs too: synced and downloaded
@@ -514,6 +519,25 @@ def _runtime_seconds(job) -> float | None:
     if runtime is None or (isinstance(runtime, float) and math.isnan(runtime)):
         return None
     return float(runtime) * 60
+
+
+def _config_files(config, workdir: Path) -> list[str]:
+    """Files below the working directory named by string values of the config."""
+    found = []
+    if isinstance(config, dict):
+        for value in config.values():
+            found += _config_files(value, workdir)
+    elif isinstance(config, (list, tuple)):
+        for value in config:
+            found += _config_files(value, workdir)
+    elif isinstance(config, str) and config and len(config) < 4096:
+        path = Path(workdir, config)
+        try:
+            if path.is_file():
+                found.append(relative_to_workdir(path, workdir))
+        except (OSError, WorkflowError):
+            pass
+    return found
 
 
 def _cpus(job) -> float:
