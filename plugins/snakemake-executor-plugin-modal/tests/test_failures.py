@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -121,12 +122,21 @@ def fake_modal_volume(tmp_path):
 
 def test_transport_errors_while_polling_do_not_kill_the_job(fake_modal, tmp_path):
     result = run_snakemake(
-        tmp_path, SLOW, "--config", "sleep=0", env={"FAKE_MODAL_GET_ERRORS": "3"}
+        tmp_path,
+        SLOW,
+        "--envvars",
+        "RUN_LABEL",
+        "--config",
+        "sleep=0",
+        env={"FAKE_MODAL_GET_ERRORS": "3", "RUN_LABEL": "label-xyz"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     text = result.stdout + result.stderr
     assert "status not readable (ConnectionError" in text
     assert len(calls(fake_modal)) == 1
+    # --envvars: a Modal secret of the container, not an argument of the call
+    assert calls(fake_modal)[0]["env_keys"] == ["RUN_LABEL"]
+    assert "label-xyz" not in json.dumps(calls(fake_modal)[0]["args"])
     assert (tmp_path / "out.txt").read_text() == "done\n"
 
 
@@ -183,7 +193,11 @@ def test_timeout_stops_the_container_and_its_log_comes_back(fake_modal, tmp_path
     # the container's log, synced while it ran: its tail printed, the whole kept
     log = tmp_path / ".snakemake" / "modal" / "snakejob.slow.1.sh.log"
     assert f"whole log: {log}" in text
-    assert "rule slow:" in log.read_text()
+    assert "Building DAG of jobs" in log.read_text()
+    # and streamed to the container's output (Modal's logs)
+    call_id = calls(fake_modal)[0]["call_id"]
+    streamed = tmp_path / "fake-modal" / "containers" / call_id / "container.log"
+    assert "Building DAG of jobs" in streamed.read_text()
 
 
 def test_runtime_resource_sets_the_timeout(fake_modal, tmp_path):
@@ -255,4 +269,23 @@ def test_missing_credentials_stop_the_run_with_one_message(fake_modal, tmp_path)
     )
     assert result.returncode != 0
     assert "no Modal credentials: run `modal token new`" in result.stderr
+    assert calls(fake_modal) == []
+
+
+def test_an_input_a_container_cannot_see_is_refused_before_any_job(
+    fake_modal, tmp_path
+):
+    (tmp_path / "outside.txt").write_text("x")
+    snakefile = """
+rule all:
+    input: "out.txt"
+
+rule copy:
+    input: "../outside.txt"
+    output: "out.txt"
+    shell: "cp {input} {output}"
+"""
+    result = run_snakemake(tmp_path / "wf", snakefile)
+    assert result.returncode != 0
+    assert "job copy: ../outside.txt is outside the working directory" in result.stderr
     assert calls(fake_modal) == []

@@ -290,3 +290,20 @@ def test_files_named_by_the_config_are_shipped_tracked_or_not(tmp_path):
         "outside": "../elsewhere.yaml",
     }
     assert _config_files(config, tmp_path) == ["config/new-settings.yaml"]
+
+
+def test_an_error_stopping_the_app_is_reported_not_raised():
+    from snakemake_executor_plugin_modal.calls import RunApp
+
+    class Run:
+        def __exit__(self, *exc):
+            raise OSError("connection reset")
+
+    app, warnings = RunApp.__new__(RunApp), []
+    app._run = Run()
+    app.stop(warn=warnings.append)
+    assert warnings == [
+        "Modal: could not stop the app cleanly (OSError: connection reset)"
+    ]
+    app.stop(warn=warnings.append)  # idempotent
+    assert len(warnings) == 1
