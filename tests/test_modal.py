@@ -141,6 +141,46 @@ def test_a_folder_of_test_images_is_refused_before_any_container(tiny_run, tmp_p
     assert not (fake_dir / "calls.jsonl").exists()
 
 
+def test_a_rerun_reuses_the_files_on_the_volume(modal_run):
+    """Per-image files lost here but committed on the volume (as after a failed
+    shard) are taken from the volume by the next run, not computed again; then the
+    volume's progress and the local one agree. (Runs last: it changes the run.)"""
+    work, fake_dir, result = modal_run
+    assert result.returncode == 0, result.stderr[-5000:]
+    shutil.rmtree(work / "runs" / "per_image")
+    n_calls = len((fake_dir / "calls.jsonl").read_text().splitlines())
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(FAKE_MODAL),
+        "FAKE_MODAL_DIR": str(fake_dir),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    config = str(work / "tests" / "data" / TINY_CONFIG.name)
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/modal"]
+    cmd += ["--configfile", config, "--cores", "2", "--jobs", "3"]
+    cmd += ["--modal-volume", "wf-test", "--until", "estimate_image"]
+    rerun = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-5000:]
+    calls = [json.loads(line) for line in (fake_dir / "calls.jsonl").open()]
+    assert len(calls) == n_calls + 3  # the 3 shards, each finding its files done
+    for c in calls[n_calls:]:
+        log = work / c["args"][0]["log"]
+        assert "reused, nothing run" in log.read_text(), log
+    progress = [sys.executable, "-m", "multigeom_workflow.cli", "progress"]
+    progress += ["--configfile", config, "--workflow-dir", str(work)]
+    here = subprocess.run(progress, cwd=work, env=env, capture_output=True, text=True)
+    there = subprocess.run(
+        [*progress, "--modal-volume", "wf-test"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert here.returncode == there.returncode == 0, here.stderr + there.stderr
+    assert here.stdout.splitlines()[-1] == there.stdout.splitlines()[-1]
+    assert here.stdout.splitlines()[-1].split()[-3:] == ["8", "/", "8"]
+
+
 def test_modal_check_on_the_fake(tmp_path):
     """`modal-check` builds the profile's image, runs one capped job on the cheapest
     GPU and sends a file through the volume; the fake has no GPU, which it reports."""
