@@ -7,6 +7,8 @@ import signal
 import subprocess
 import time
 
+from snakemake_executor_plugin_modal.staging import default_prefix
+
 from .helpers import run_snakemake
 
 SLOW = """
@@ -75,8 +77,15 @@ def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp
     partial file reaches the volume or the working directory."""
     once, ran = tmp_path / "preempted-once", tmp_path / "ran"
     ran.mkdir()
-    env = {"FAKE_MODAL_PREEMPT_AFTER_S": "7", "FAKE_MODAL_PREEMPT_ONCE_FILE": str(once)}
     work = tmp_path / "wf"
+    # preempted once img0 is committed with its reuse record (else after 60 s)
+    committed = fake_modal_volume(tmp_path) / default_prefix(work)
+    env = {
+        "FAKE_MODAL_PREEMPT_AFTER_S": "60",
+        "FAKE_MODAL_PREEMPT_ONCE_FILE": str(once),
+        "FAKE_MODAL_PREEMPT_WHEN": f"{committed}/img0.txt:"
+        f"{committed}/.snakemake/modal/done/img0.txt@*",
+    }
     config = [f"counts={ran}", "tt=10", "fail=-1"]
     result = run_snakemake(
         work, SHARD, *GROUP, "--modal-sync-seconds", "1", "--config", *config, env=env
@@ -87,7 +96,7 @@ def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp
     assert (
         len((tmp_path / "fake-modal" / "restarts.jsonl").read_text().splitlines()) == 1
     )
-    # img0 (0 s) was committed before the preemption at 7 s; img1 (10 s) was not
+    # img0 (0 s) was committed before the preemption; img1 (10 s) was not
     assert counts(ran) == {"0": 1, "1": 2}
     assert (work / "img1.txt").read_text() == "1\n"
     assert not list(work.rglob("*.modal-part"))
@@ -181,15 +190,15 @@ def test_timeout_stops_the_container_and_its_log_comes_back(fake_modal, tmp_path
         "--config",
         "sleep=60",
         "--modal-timeout",
-        "4",
+        "10",  # s: room for the first log sync on a busy machine
         "--modal-sync-seconds",
         "1",
     )
     assert time.monotonic() - started < 45
     assert result.returncode != 0
     text = result.stdout + result.stderr
-    assert "ran past its timeout of 4 s" in text
-    assert calls(fake_modal)[0]["timeout"] == 4
+    assert "ran past its timeout of 10 s" in text
+    assert calls(fake_modal)[0]["timeout"] == 10
     # the container's log, synced while it ran: its tail printed, the whole kept
     log = tmp_path / ".snakemake" / "modal" / "snakejob.slow.1.sh.log"
     assert f"whole log: {log}" in text

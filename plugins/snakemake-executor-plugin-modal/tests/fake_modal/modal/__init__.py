@@ -61,6 +61,9 @@ is SIGKILLed after that many seconds - one preemption in the whole test. With
 preempted input is restarted: the same call (same id, same input) in a new container
 with a fresh view of the committed volume (one line per restart in
 ``restarts.jsonl``); ``get`` sees only the last container's result.
+``FAKE_MODAL_PREEMPT_WHEN=<glob>[:<glob>...]`` (with ``FAKE_MODAL_PREEMPT_AFTER_S`` as a
+fallback time): preempt as soon as every pattern matches a file, e.g. a file committed
+to the volume.
 ``FAKE_MODAL_GET_ERRORS=<n>``: the first n ``FunctionCall.get`` of each call raise
 ``modal.exception.ConnectionError`` (a client transport error; the call goes on).
 ``FAKE_MODAL_SPAWN_ERRORS=<n>``: the first n ``Function.spawn`` of the client process
@@ -88,6 +91,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -575,6 +579,13 @@ class FunctionCall:
             self._timers.append(
                 threading.Timer(preempt_after, self._kill, ("preempted",))
             )
+            when = os.environ.get("FAKE_MODAL_PREEMPT_WHEN", "")
+            if when:
+                threading.Thread(
+                    target=self._preempt_when,
+                    args=(when.split(os.pathsep),),
+                    daemon=True,
+                ).start()
         for t in self._timers:
             t.daemon = True
             t.start()
@@ -629,6 +640,16 @@ class FunctionCall:
         for t in self._timers:
             t.cancel()
         self._done.set()
+
+    def _preempt_when(self, patterns: list[str]) -> None:
+        """Preempt as soon as every glob pattern matches a file (fault injection)."""
+        import glob
+
+        while not self._done.is_set() and self._reason is None:
+            if all(glob.glob(p) for p in patterns):
+                self._kill("preempted")
+                return
+            time.sleep(0.1)
 
     def _kill(self, reason: str) -> None:
         with self._lock:
