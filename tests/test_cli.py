@@ -107,6 +107,10 @@ def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path):
         dest = mirror / "runs" / "per_image" / f
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(tiny_copy / "runs" / "per_image" / f, dest)
+    # the plugin's record of the job that made img0000 (reused by a rerun)
+    marker = mirror / ".snakemake/modal/done/runs/per_image/onoff/complex"
+    marker.mkdir(parents=True)
+    (marker / "img0000.pt@0123abcd").write_text("0123abcd")
     env = {**os.environ, "PYTHONPATH": str(FAKE_MODAL), "FAKE_MODAL_DIR": str(fake)}
     opts = ["--modal-volume", "vol", "--modal-volume-prefix", "myrun"]
 
@@ -121,7 +125,7 @@ def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path):
     assert result.returncode == 3, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "on Modal volume 'vol', folder 'myrun':"
-    assert lines[1] == "onoff/complex                 2 / 2"
+    assert lines[2] == "onoff/complex                 2 / 2"
     assert lines[-1] == "all                           2 / 8"
 
     listed = run("clear", "--configs", "onoff/complex", "--n-images", "1", "--list")
@@ -132,4 +136,5 @@ def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path):
     assert cleared.returncode == 0, cleared.stderr
     assert not (mirror / "runs/per_image/onoff/complex/img0000.pt").exists()
     assert (mirror / "runs/per_image/onoff/complex/img0001.pt").exists()
+    assert not (marker / "img0000.pt@0123abcd").exists()  # never reused again
     assert "deleted 1 per-image file(s) on Modal volume 'vol'" in cleared.stderr

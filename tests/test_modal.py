@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
+from snakemake_executor_plugin_modal.staging import default_prefix
 
 FAKE_MODAL = (
     REPO / "plugins" / "snakemake-executor-plugin-modal" / "tests" / "fake_modal"
@@ -89,6 +90,10 @@ def test_one_container_per_shard_with_the_profiles_gpu(modal_run):
     assert len(calls) == 3
     assert {c["gpu"] for c in calls} == {"A100-80GB"}
     assert {c["cpu"] for c in calls} == {1.0}  # the per-image rule's threads
+    assert len({c["app"] for c in calls}) == 1  # one app for the run
+    assert all(c["single_use_containers"] for c in calls)  # no stale volume view
+    # the container's Snakemake uses the CPUs the container reserved
+    assert all(" --cores 1 " in c["args"][0]["command"] for c in calls)
     targets = sorted(len(c["args"][0]["job_outputs"]) for c in calls)
     assert targets == [2, 3, 3]
     steps = calls[0]["image_steps"]
@@ -100,7 +105,7 @@ def test_one_container_per_shard_with_the_profiles_gpu(modal_run):
 def test_finished_files_are_on_the_volume(modal_run):
     work, fake_dir, result = modal_run
     assert result.returncode == 0, result.stderr[-5000:]
-    volume = fake_dir / "volumes" / "wf-test" / work.name
+    volume = fake_dir / "volumes" / "wf-test" / default_prefix(work)
     for f in (work / "runs" / "per_image").rglob("*.pt"):
         rel = f.relative_to(work)
         assert (volume / rel).read_bytes() == f.read_bytes(), rel
@@ -117,7 +122,7 @@ def test_the_modal_token_is_never_written_or_passed(modal_run):
                 assert SECRET.encode() not in f.read_bytes(), f
     calls = [json.loads(line) for line in (fake_dir / "calls.jsonl").open()]
     for c in calls:
-        assert "MODAL_TOKEN_SECRET" not in c["args"][0]["env"]
+        assert "MODAL_TOKEN_SECRET" not in json.dumps(c["args"])
         assert "MODAL_TOKEN_SECRET" not in c["env_keys"]
 
 
@@ -134,3 +139,72 @@ def test_a_folder_of_test_images_is_refused_before_any_container(tiny_run, tmp_p
     assert result.returncode != 0
     assert "config error: config key 'test_images.source' = 'folder'" in result.stderr
     assert not (fake_dir / "calls.jsonl").exists()
+
+
+def test_a_rerun_reuses_the_files_on_the_volume(modal_run):
+    """Per-image files lost here but committed on the volume (as after a failed
+    shard) are taken from the volume by the next run, not computed again; then the
+    volume's progress and the local one agree. (Runs last: it changes the run.)"""
+    work, fake_dir, result = modal_run
+    assert result.returncode == 0, result.stderr[-5000:]
+    shutil.rmtree(work / "runs" / "per_image")
+    n_calls = len((fake_dir / "calls.jsonl").read_text().splitlines())
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(FAKE_MODAL),
+        "FAKE_MODAL_DIR": str(fake_dir),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    config = str(work / "tests" / "data" / TINY_CONFIG.name)
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/modal"]
+    cmd += ["--configfile", config, "--cores", "2", "--jobs", "3"]
+    cmd += ["--modal-volume", "wf-test", "--until", "estimate_image"]
+    rerun = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-5000:]
+    calls = [json.loads(line) for line in (fake_dir / "calls.jsonl").open()]
+    assert len(calls) == n_calls + 3  # the 3 shards, each finding its files done
+    for c in calls[n_calls:]:
+        log = work / c["args"][0]["log"]
+        assert "reused, nothing run" in log.read_text(), log
+    progress = [sys.executable, "-m", "multigeom_workflow.cli", "progress"]
+    progress += ["--configfile", config, "--workflow-dir", str(work)]
+    here = subprocess.run(progress, cwd=work, env=env, capture_output=True, text=True)
+    there = subprocess.run(
+        [*progress, "--modal-volume", "wf-test"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert here.returncode == there.returncode == 0, here.stderr + there.stderr
+    assert here.stdout.splitlines()[-1] == there.stdout.splitlines()[-1]
+    assert here.stdout.splitlines()[-1].split()[-3:] == ["8", "/", "8"]
+
+
+def test_modal_check_on_the_fake(tmp_path):
+    """`modal-check` builds the profile's image, runs one capped job on the cheapest
+    GPU and sends a file through the volume; the fake has no GPU, which it reports."""
+    fake_dir = tmp_path / "fake-modal"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(FAKE_MODAL),
+        "FAKE_MODAL_DIR": str(fake_dir),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    cmd = [sys.executable, "-m", "multigeom_workflow.cli", "modal-check"]
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    out = result.stdout
+    assert "[fake modal] building" in out  # the build's output is shown
+    assert "image build (or cache lookup):" in out and "cold start:" in out
+    assert "GPU job on T4:" in out and "USD" in out
+    assert "volume round trip: ok" in out
+    assert result.returncode == 1
+    assert "torch sees no GPU in the container" in result.stderr
+    call = json.loads((fake_dir / "calls.jsonl").read_text())
+    # 0.05 USD of T4 at 0.000164 USD/s: the container may run 304 s at most
+    assert call["gpu"] == "T4" and call["timeout"] == 304
+    too_little = subprocess.run(
+        [*cmd, "--max-cost-usd", "0.001"], env=env, capture_output=True, text=True
+    )
+    assert too_little.returncode == 2
+    assert "--max-cost-usd 0.001 buys 6 s of T4" in too_little.stderr

@@ -20,6 +20,7 @@ import copy
 import sys
 from pathlib import Path
 
+from . import modal_check
 from .modal_volume import default_prefix, volume_files, volume_progress, volume_remove
 from .plan import progress
 from .scenario import ConfigError, Scenario, validated_scenario
@@ -162,6 +163,7 @@ def cmd_progress(scenario: Scenario, args) -> int:
         prefix = args.modal_volume_prefix or default_prefix()
         done = volume_progress(scenario, args.modal_volume, prefix)
         print(f"on Modal volume {args.modal_volume!r}, folder {prefix!r}:")
+        print("(finished there; the next run with the same settings reuses them)")
     else:
         done = progress(scenario)
         bad = bad_per_image_files(scenario)
@@ -284,7 +286,8 @@ def main(argv=None) -> int:
     common.add_argument(
         "--modal-volume-prefix",
         metavar="FOLDER",
-        help="the run's folder on the volume (default: this directory's name)",
+        help="the run's folder on the volume (default: this directory's name and "
+        "a hash of its path, as the Modal plugin names it)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
@@ -321,8 +324,11 @@ def main(argv=None) -> int:
     install.add_argument(
         "--workflow-dir", type=Path, default=common.get_default("workflow_dir")
     )
+    modal_check.add_parser(sub)
     args = parser.parse_args(argv)
     try:
+        if args.command == "modal-check":
+            return modal_check.main(args)
         if args.command == "install-profiles":
             for link in install_profiles(args.workflow_dir / "profiles"):
                 print(f"{link} -> {link.resolve()}")

@@ -3,10 +3,12 @@ The run's per-image files on the Modal Volume of the executor plugin: how many a
 there (committed), and deleting chosen ones.
 
 The plugin mirrors the working directory under one folder of the volume (its
-``--modal-volume-prefix``, by default the working directory's name), so the per-image
-file ``runs/per_image/onoff/V1/img0000.pt`` is ``<prefix>/runs/per_image/onoff/V1/
-img0000.pt`` there. Containers commit finished per-image files while they run (every
-``--modal-sync-seconds``), so counting them shows the progress of a running shard.
+``--modal-volume-prefix``, by default the working directory's name and a hash of its
+absolute path), so the per-image file ``runs/per_image/onoff/V1/img0000.pt`` is
+``<prefix>/runs/per_image/onoff/V1/img0000.pt`` there. Containers commit finished
+per-image files while they run (every ``--modal-sync-seconds``), so counting them
+shows the progress of a running shard; a file there is reused (not recomputed) by the
+next run whose job has the same inputs and settings, which then downloads it.
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ __all__ = ["default_prefix", "volume_files", "volume_progress", "volume_remove"]
 
 
 def default_prefix() -> str:
-    """The plugin's default folder on the volume: the working directory's name."""
-    return Path.cwd().name
+    """
+    The plugin's default folder on the volume for this working directory (its name
+    and a hash of its absolute path; the plugin's own function).
+    """
+    from snakemake_executor_plugin_modal.staging import default_prefix as plugin
+
+    return plugin(Path.cwd())
 
 
 def volume_files(volume_name: str, prefix: str, folder: str) -> set[str]:
@@ -70,6 +77,8 @@ def volume_remove(files: list[str], volume_name: str, prefix: str) -> list[str]:
         volume = modal.Volume.from_name(volume_name)
     except modal.exception.NotFoundError:
         return []
+    from snakemake_executor_plugin_modal.container import DONE
+
     gone = []
     for f in files:
         try:
@@ -77,4 +86,13 @@ def volume_remove(files: list[str], volume_name: str, prefix: str) -> list[str]:
         except (modal.exception.NotFoundError, FileNotFoundError):
             continue
         gone.append(f)
+        # the plugin's record of the job that made it (``<file>@<key>``)
+        marker = PurePosixPath(prefix, DONE, f)
+        try:
+            entries = volume.listdir(str(marker.parent))
+        except (modal.exception.NotFoundError, FileNotFoundError):
+            entries = []
+        for e in entries:
+            if PurePosixPath(e.path).name.startswith(marker.name + "@"):
+                volume.remove_file(e.path)
     return gone

@@ -22,10 +22,27 @@ CALLS = [
     (
         "App.function",
         ("self",),
-        dict(image=None, gpu="A100", cpu=2.0, timeout=60, volumes={}, serialized=True),
+        dict(
+            image=None,
+            gpu=["A100-80GB", "H100"],  # a fallback list: allowed here only
+            timeout=60,
+            volumes={},
+            serialized=True,
+            single_use_containers=True,
+            secrets=[],
+            ephemeral_disk=10240,
+            name="run_job_gpu",
+        ),
     ),
     ("App.run", ("self",), {}),
+    (
+        "Function.with_options",
+        ("self",),
+        dict(cpu=2.0, memory=4096, gpu="H100", timeout=60),
+    ),
     ("Function.spawn", ("self", {"spec": 1}), {}),
+    ("Secret.from_dict", ({"A": "1"},), {}),
+    ("enable_output", (), {}),
     ("FunctionCall.get", ("self",), {"timeout": 0}),
     ("FunctionCall.cancel", ("self",), {"terminate_containers": True}),
     ("Image.debian_slim", (), {"python_version": "3.11"}),
@@ -44,6 +61,11 @@ ATTRIBUTES = [
     "exception.TimeoutError",
     "exception.FunctionTimeoutError",
     "exception.NotFoundError",
+    "exception.Error",
+    "exception.OutputExpiredError",
+    "exception.ConnectionError",
+    "exception.InternalError",
+    "exception.ServiceError",
     "volume.FileEntryType.FILE",
 ]
 
@@ -112,6 +134,44 @@ def _imported_from_exception(source: str) -> str:
     return " ".join(names)
 
 
+def test_exception_hierarchy_as_the_plugin_relies_on(backend):
+    """The fake's exceptions sit where Modal's do: an expired output is a Modal
+    TimeoutError (the plugin must test it before "still running"), a function timeout
+    too, and an image build failure a RemoteError."""
+    exc = backend.exception
+    assert issubclass(exc.OutputExpiredError, exc.TimeoutError)
+    assert issubclass(exc.FunctionTimeoutError, exc.TimeoutError)
+    assert issubclass(exc.ImageBuildError, exc.RemoteError)
+    assert not issubclass(exc.TimeoutError, TimeoutError)
+    for name in ("ConnectionError", "InternalError", "ServiceError", "ExecutionError"):
+        assert issubclass(getattr(exc, name), exc.Error), name
+    assert "modal image logs" in str(
+        exc.ImageBuildError("failed; modal image logs im-1", "im-1")
+    )
+
+
+def test_with_options_takes_one_gpu_type_only():
+    """Modal 1.6's ``with_options`` reads ``gpu`` as one string (a list is refused by
+    ``parse_gpu_config``), so a fallback list must go to ``App.function``."""
+    real_modal()
+    from modal._function_variants import _FunctionOptions
+    from modal._utils.function_utils import parse_gpu_config
+
+    source = inspect.getsource(_FunctionOptions.new)
+    assert "gpu: str | None" in source
+    with pytest.raises(Exception, match="Invalid GPU config"):
+        parse_gpu_config(["A100", "H100"])
+
+
+def test_supported_python_series_are_modals():
+    real_modal()
+    from modal._image import SUPPORTED_PYTHON_SERIES
+    from snakemake_executor_plugin_modal.image import PYTHON_SERIES
+
+    for builder in ("2025.06", "2026.10"):
+        assert set(PYTHON_SERIES) <= set(SUPPORTED_PYTHON_SERIES[builder]), builder
+
+
 def test_poll_takes_pythons_timeout_error_as_running():
     from snakemake_executor_plugin_modal.calls import ContainerCall
 
@@ -119,9 +179,7 @@ def test_poll_takes_pythons_timeout_error_as_running():
         def get(self, timeout=None):
             raise TimeoutError()
 
-    call = ContainerCall.__new__(ContainerCall)
-    call.call, call.timeout_s, call._run = Running(), 60, None
-    assert call.poll() is None
+    assert ContainerCall(Running(), None, 60).poll() is None
 
 
 def test_upload_context_offers_put_file():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
+
+from snakemake_executor_plugin_modal.staging import default_prefix
 
 from .helpers import run_snakemake
 
@@ -45,45 +48,165 @@ rule fail:
     assert len(calls(fake_modal)) == 1
 
 
-def test_preempted_container_is_retried_without_partial_file(fake_modal, tmp_path):
-    once = tmp_path / "preempted-once"
-    env = {"FAKE_MODAL_PREEMPT_AFTER_S": "4", "FAKE_MODAL_PREEMPT_ONCE_FILE": str(once)}
+SHARD = """
+rule all:
+    input: expand("img{i}.txt", i=range(2))
+
+rule image:
+    output: "img{i}.txt"
+    group: "shard"
+    params: setting=config.get("setting", 1)
+    shell:
+        "echo ran >> {config[counts]}/{wildcards.i}; "
+        "sleep $(({wildcards.i}*{config[tt]})); "
+        "test {wildcards.i} != {config[fail]}; echo {params.setting} > {output}"
+"""
+
+GROUP = ["--group-components", "shard=2"]  # both images in one container
+
+
+def counts(folder):
+    """How many times each image's command started (files written outside the
+    container's scratch folder, so they survive a lost container)."""
+    return {f.name: len(f.read_text().split()) for f in sorted(folder.iterdir())}
+
+
+def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp_path):
+    """Modal restarts a preempted input (same call) in a new container: the image
+    finished and committed before the preemption is not computed again, and no
+    partial file reaches the volume or the working directory."""
+    once, ran = tmp_path / "preempted-once", tmp_path / "ran"
+    ran.mkdir()
     work = tmp_path / "wf"
-    result = run_snakemake(work, SLOW, "--config", "sleep=8", "--retries", "1", env=env)
+    # preempted once img0 is committed with its reuse record (else after 60 s)
+    committed = fake_modal_volume(tmp_path) / default_prefix(work)
+    env = {
+        "FAKE_MODAL_PREEMPT_AFTER_S": "60",
+        "FAKE_MODAL_PREEMPT_ONCE_FILE": str(once),
+        "FAKE_MODAL_PREEMPT_WHEN": f"{committed}/img0.txt:"
+        f"{committed}/.snakemake/modal/done/img0.txt@*",
+    }
+    config = [f"counts={ran}", "tt=10", "fail=-1"]
+    result = run_snakemake(
+        work, SHARD, *GROUP, "--modal-sync-seconds", "1", "--config", *config, env=env
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert once.exists(), "the fake did not preempt"
-    assert len(calls(fake_modal)) == 2  # the preempted call and its retry
-    assert (work / "out.txt").read_text() == "done\n"
-    assert "preempt" in (result.stdout + result.stderr).lower()
-    assert not list(work.rglob("*.modal-part"))
-
-
-def test_preempted_container_leaves_nothing_on_the_volume(fake_modal, tmp_path):
-    once = tmp_path / "preempted-once"
-    env = {"FAKE_MODAL_PREEMPT_AFTER_S": "3", "FAKE_MODAL_PREEMPT_ONCE_FILE": str(once)}
-    work = tmp_path / "wf"
-    result = run_snakemake(
-        work, SLOW, "--config", "sleep=8", "--modal-sync-seconds", "1", env=env
+    assert len(calls(fake_modal)) == 1  # one call, its input restarted by Modal
+    assert (
+        len((tmp_path / "fake-modal" / "restarts.jsonl").read_text().splitlines()) == 1
     )
-    assert result.returncode != 0
+    # img0 (0 s) was committed before the preemption; img1 (10 s) was not
+    assert counts(ran) == {"0": 1, "1": 2}
+    assert (work / "img1.txt").read_text() == "1\n"
+    assert not list(work.rglob("*.modal-part"))
     volume = fake_modal_volume(tmp_path)
-    assert not list(volume.rglob("out.txt"))
-    assert not (work / "out.txt").exists()
+    assert [f.read_text() for f in sorted(volume.rglob("img*.txt"))] == ["1\n"] * 2
+
+
+def test_a_failing_image_spares_the_others_and_a_rerun_reuses_them(
+    fake_modal, tmp_path
+):
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    work = tmp_path / "wf"
+    base = [*GROUP, "--config", f"counts={ran}", "tt=1"]
+    first = run_snakemake(work, SHARD, *base, "fail=0")
+    assert first.returncode != 0
+    assert counts(ran) == {"0": 1, "1": 1}  # keep-going inside the shard
+    second = run_snakemake(work, SHARD, *base, "fail=-1")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert counts(ran) == {"0": 2, "1": 1}  # img1 was committed: reused
+    assert (work / "img1.txt").read_text() == "1\n"
+    # other settings: a file made with the old ones is never taken
+    third = run_snakemake(work, SHARD, *base, "fail=-1", "setting=2")
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert counts(ran) == {"0": 3, "1": 2}
+    assert (work / "img0.txt").read_text() == "2\n"
 
 
 def fake_modal_volume(tmp_path):
     return tmp_path / "fake-modal" / "volumes" / "tests"
 
 
-def test_timeout_stops_the_container(fake_modal, tmp_path):
+def test_transport_errors_while_polling_do_not_kill_the_job(fake_modal, tmp_path):
+    result = run_snakemake(
+        tmp_path,
+        SLOW,
+        "--envvars",
+        "RUN_LABEL",
+        "--config",
+        "sleep=0",
+        env={"FAKE_MODAL_GET_ERRORS": "3", "RUN_LABEL": "label-xyz"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = result.stdout + result.stderr
+    assert "status not readable (ConnectionError" in text
+    assert len(calls(fake_modal)) == 1
+    # --envvars: a Modal secret of the container, not an argument of the call
+    assert calls(fake_modal)[0]["env_keys"] == ["RUN_LABEL"]
+    assert "label-xyz" not in json.dumps(calls(fake_modal)[0]["args"])
+    assert (tmp_path / "out.txt").read_text() == "done\n"
+
+
+def test_a_failed_submission_is_that_jobs_error_and_is_retried(fake_modal, tmp_path):
+    result = run_snakemake(
+        tmp_path,
+        SLOW,
+        "--config",
+        "sleep=0",
+        "--retries",
+        "1",
+        env={"FAKE_MODAL_SPAWN_ERRORS": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = result.stdout + result.stderr
+    assert "not submitted: ConnectionError: Connection lost" in text
+    assert len(calls(fake_modal)) == 1  # the retry's
+    assert (tmp_path / "out.txt").read_text() == "done\n"
+
+
+def test_an_image_build_failure_stops_the_run_before_any_job(fake_modal, tmp_path):
+    result = run_snakemake(
+        tmp_path,
+        SLOW,
+        "--config",
+        "sleep=0",
+        env={"FAKE_MODAL_BUILD_FAIL": "ERROR: No matching distribution for torch"},
+    )
+    assert result.returncode != 0
+    text = result.stdout + result.stderr
+    assert "ERROR: No matching distribution for torch" in text  # build output shown
+    assert "the container image could not be built" in text
+    assert "modal image logs im-fake" in text
+    assert calls(fake_modal) == []
+
+
+def test_timeout_stops_the_container_and_its_log_comes_back(fake_modal, tmp_path):
     started = time.monotonic()
     result = run_snakemake(
-        tmp_path, SLOW, "--config", "sleep=60", "--modal-timeout", "3"
+        tmp_path,
+        SLOW,
+        "--config",
+        "sleep=60",
+        "--modal-timeout",
+        "10",  # s: room for the first log sync on a busy machine
+        "--modal-sync-seconds",
+        "1",
     )
     assert time.monotonic() - started < 45
     assert result.returncode != 0
-    assert "ran past its timeout of 3 s" in result.stdout + result.stderr
-    assert calls(fake_modal)[0]["timeout"] == 3
+    text = result.stdout + result.stderr
+    assert "ran past its timeout of 10 s" in text
+    assert calls(fake_modal)[0]["timeout"] == 10
+    # the container's log, synced while it ran: its tail printed, the whole kept
+    log = tmp_path / ".snakemake" / "modal" / "snakejob.slow.1.sh.log"
+    assert f"whole log: {log}" in text
+    assert "Building DAG of jobs" in log.read_text()
+    # and streamed to the container's output (Modal's logs)
+    call_id = calls(fake_modal)[0]["call_id"]
+    streamed = tmp_path / "fake-modal" / "containers" / call_id / "container.log"
+    assert "Building DAG of jobs" in streamed.read_text()
 
 
 def test_runtime_resource_sets_the_timeout(fake_modal, tmp_path):
@@ -155,4 +278,23 @@ def test_missing_credentials_stop_the_run_with_one_message(fake_modal, tmp_path)
     )
     assert result.returncode != 0
     assert "no Modal credentials: run `modal token new`" in result.stderr
+    assert calls(fake_modal) == []
+
+
+def test_an_input_a_container_cannot_see_is_refused_before_any_job(
+    fake_modal, tmp_path
+):
+    (tmp_path / "outside.txt").write_text("x")
+    snakefile = """
+rule all:
+    input: "out.txt"
+
+rule copy:
+    input: "../outside.txt"
+    output: "out.txt"
+    shell: "cp {input} {output}"
+"""
+    result = run_snakemake(tmp_path / "wf", snakefile)
+    assert result.returncode != 0
+    assert "job copy: ../outside.txt is outside the working directory" in result.stderr
     assert calls(fake_modal) == []

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import time
 
+from snakemake_executor_plugin_modal.staging import default_prefix
+
 from .helpers import run_snakemake
 
 GROUP = """
@@ -34,7 +36,7 @@ def test_finished_outputs_are_committed_while_the_group_runs(fake_modal, tmp_pat
         "1",
         popen={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True},
     )
-    volume = tmp_path / "fake-modal" / "volumes" / "tests" / "wf"
+    volume = tmp_path / "fake-modal" / "volumes" / "tests" / default_prefix(work)
     first_at = second_at = None
     seen_second = set()
     while proc.poll() is None:

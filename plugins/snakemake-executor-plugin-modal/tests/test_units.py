@@ -57,6 +57,102 @@ def test_ledger_known_case_and_refusal():
     assert "1 container(s), 600 GPU-seconds, 0.66 USD" in ledger.summary()
 
 
+def test_gpu_fallback_list():
+    request = parse_gpu("a100-80gb,H100")
+    assert request.modal_spec == ["A100-80GB", "H100"]
+    assert request.usd_per_second == pytest.approx(0.001097)  # the dearest: H100
+    assert parse_gpu(["L4:2", "T4:2"]).modal_spec == ["L4:2", "T4:2"]
+    with pytest.raises(ValueError, match="same count"):
+        parse_gpu("H100:2,A100")
+
+
+@pytest.mark.parametrize(
+    ("version", "direct_url", "expected"),
+    [
+        ("2.8.0", None, "2.8.0"),
+        ("2.8.0+cpu", None, "2.8.0"),  # the index's (CUDA) build of the same version
+        ("2.8.0+cu128", None, "2.8.0"),
+        ("0.1.dev5+g1a2b3c", None, "local build"),
+        ("1.0", '{"url": "file:///src", "dir_info": {"editable": true}}', "editable"),
+        ("1.0", '{"url": "https://example.org/x.whl"}', "from https://example.org"),
+    ],
+)
+def test_pins_are_installable_from_the_index(
+    monkeypatch, version, direct_url, expected
+):
+    from snakemake_executor_plugin_modal import image
+
+    dist = types.SimpleNamespace(version=version, read_text=lambda name: direct_url)
+    real = image.metadata.distribution
+    monkeypatch.setattr(
+        image.metadata,
+        "distribution",
+        lambda name: dist if name == "torch" else real(name),
+    )
+    if expected[0].isdigit():
+        assert image.pinned_requirements(["torch"])[-1] == f"torch=={expected}"
+    else:
+        with pytest.raises(WorkflowError, match=f"--modal-pip: torch .*{expected}"):
+            image.pinned_requirements(["torch"])
+
+
+def test_python_versions_modal_cannot_build_are_refused():
+    from snakemake_executor_plugin_modal.image import check_python_version
+
+    assert check_python_version((3, 12, 1)) == "3.12"
+    with pytest.raises(WorkflowError, match="Python 3.9: Modal's image builder"):
+        check_python_version((3, 9, 0))
+
+
+def test_default_volume_folder_is_unique_per_checkout(tmp_path):
+    from snakemake_executor_plugin_modal.staging import default_prefix
+
+    a, b = tmp_path / "x" / "wf", tmp_path / "y" / "wf"
+    assert default_prefix(a).startswith("wf-") and default_prefix(a) != default_prefix(
+        b
+    )
+    assert default_prefix(a) == default_prefix(str(a))
+
+
+class _Call:
+    """A FunctionCall whose ``get`` raises the given exceptions, then returns."""
+
+    object_id = "fc-test"
+
+    def __init__(self, *raises):
+        self.raises = list(raises)
+
+    def get(self, timeout=None):
+        if self.raises:
+            raise self.raises.pop(0)
+        return {"returncode": 0, "log_tail": "", "seconds": 1.0}
+
+
+def test_poll_tolerates_transport_errors_for_a_bounded_while(fake_modal):
+    from snakemake_executor_plugin_modal.calls import ContainerCall
+
+    warnings = []
+    lost = fake_modal.exception.ConnectionError("Deadline exceeded")
+    call = ContainerCall(
+        _Call(lost, OSError("reset"), TimeoutError()), None, 60, warn=warnings.append
+    )
+    assert call.poll() is None and call.poll() is None and call.poll() is None
+    assert len(warnings) == 2 and "still taken as running" in warnings[0]
+    assert call.poll().ok
+    gone = ContainerCall(_Call(lost, lost), None, 60, warn=warnings.append, grace_s=0)
+    outcome = gone.poll()
+    assert not outcome.ok and "could not be reached" in outcome.message
+
+
+def test_poll_takes_expired_output_as_a_failure(fake_modal):
+    from snakemake_executor_plugin_modal.calls import ContainerCall
+
+    expired = fake_modal.exception.OutputExpiredError()
+    assert isinstance(expired, fake_modal.exception.TimeoutError)  # as in Modal
+    outcome = ContainerCall(_Call(expired), None, 60).poll()
+    assert not outcome.ok and "OutputExpiredError" in outcome.message
+
+
 def test_pinned_requirements():
     pins = pinned_requirements(["pytest", "numpy>=1", "pytest"])
     assert f"snakemake=={snakemake.__version__}" in pins
@@ -95,10 +191,13 @@ def test_upload_sends_only_missing_or_changed_files(fake_modal, tmp_path):
     assert stager.upload(["data/a.txt", "data"]) == []
     # a new stager lists the volume: still nothing to send
     assert VolumeStager(volume, "proj", work).upload(["data"]) == []
-    (work / "data" / "b.txt").write_text("bb")  # changed size
+    # changed content, same size and modification time: sent (content-checked)
+    st = os.stat(work / "data" / "b.txt")
+    (work / "data" / "b.txt").write_text("c")
+    os.utime(work / "data" / "b.txt", ns=(st.st_atime_ns, st.st_mtime_ns))
     assert VolumeStager(volume, "proj", work).upload(["data"]) == ["data/b.txt"]
     committed = tmp_path / "fake-modal" / "volumes" / "units" / "proj" / "data"
-    assert (committed / "b.txt").read_text() == "bb"
+    assert (committed / "b.txt").read_text() == "c"
     with pytest.raises(WorkflowError, match="does not exist locally"):
         stager.upload(["missing.txt"])
 
@@ -147,7 +246,9 @@ def test_gpu_request_from_resources(jobs, default, expected):
     from snakemake_executor_plugin_modal import Executor, ExecutorSettings
 
     executor = types.SimpleNamespace(
-        settings=ExecutorSettings(gpu=default), get_jobname=lambda job: "job"
+        settings=ExecutorSettings(gpu=default),
+        default_gpu=parse_gpu(default),
+        get_jobname=lambda job: "job",
     )
     job = jobs[0] if len(jobs) == 1 else types.SimpleNamespace(jobs=jobs)
     assert Executor.gpu_request(executor, job) == expected
@@ -157,7 +258,9 @@ def test_gpu_request_errors():
     from snakemake_executor_plugin_modal import Executor, ExecutorSettings
 
     executor = types.SimpleNamespace(
-        settings=ExecutorSettings(gpu=None), get_jobname=lambda job: "job"
+        settings=ExecutorSettings(gpu=None),
+        default_gpu=None,
+        get_jobname=lambda job: "job",
     )
     with pytest.raises(WorkflowError, match="no --modal-gpu is set"):
         Executor.gpu_request(executor, _job(gpu=1))
@@ -173,3 +276,34 @@ def test_runtime_resource_is_minutes():
 
     assert _runtime_seconds(_job(runtime=2)) == 120.0
     assert _runtime_seconds(_job()) is None
+
+
+def test_files_named_by_the_config_are_shipped_tracked_or_not(tmp_path):
+    from snakemake_executor_plugin_modal import _config_files
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "new-settings.yaml").write_text("a: 1")  # not in git
+    (tmp_path / "data").mkdir()
+    config = {
+        "settings": "config/new-settings.yaml",
+        "nested": [{"folder": "data"}, "not a path", 3],
+        "outside": "../elsewhere.yaml",
+    }
+    assert _config_files(config, tmp_path) == ["config/new-settings.yaml"]
+
+
+def test_an_error_stopping_the_app_is_reported_not_raised():
+    from snakemake_executor_plugin_modal.calls import RunApp
+
+    class Run:
+        def __exit__(self, *exc):
+            raise OSError("connection reset")
+
+    app, warnings = RunApp.__new__(RunApp), []
+    app._run = Run()
+    app.stop(warn=warnings.append)
+    assert warnings == [
+        "Modal: could not stop the app cleanly (OSError: connection reset)"
+    ]
+    app.stop(warn=warnings.append)  # idempotent
+    assert len(warnings) == 1

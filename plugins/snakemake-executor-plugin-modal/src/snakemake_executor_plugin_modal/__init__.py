@@ -10,9 +10,13 @@ passes them to jobs, logs or the volume.
 """
 
 import asyncio
+import hashlib
+import json
 import math
 import os
 import re
+import shlex
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,17 +24,19 @@ from typing import List, Optional
 
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+from snakemake_interface_executor_plugins.executors.real import RealExecutor
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.settings import (
     CommonSettings,
     ExecutorSettingsBase,
 )
+from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args
 
-from .calls import MOUNT, ContainerCall, Ledger
-from .container import JOB_LOG
-from .image import container_image
+from .calls import MOUNT, ContainerCall, Ledger, RunApp
+from .container import JOB_LOG, TARGETS
+from .image import check_python_version, container_image
 from .prices import GpuRequest, parse_gpu
-from .staging import VolumeStager, relative_to_workdir
+from .staging import VolumeStager, default_prefix, relative_to_workdir
 
 __all__ = ["Executor", "ExecutorSettings", "common_settings"]
 
@@ -39,6 +45,8 @@ _DIRECTORY_ARG = re.compile(r"--directory (?:'[^']*'|\"[^\"]*\"|\S+)")
 MAX_TIMEOUT_S = 86400
 #: Environment variables never passed to a job, whatever ``--envvars`` says.
 SECRET_ENVVARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
+#: Lines of a failed job's log printed with its error.
+LOG_TAIL_LINES = 30
 
 
 def _words(value) -> list[str]:
@@ -63,7 +71,8 @@ class ExecutorSettings(ExecutorSettingsBase):
         metadata={
             "help": "--modal-gpu: the GPU type (and count, e.g. 'H100:2') for jobs "
             "that request a 'gpu' resource without a 'gpu_model' resource, e.g. "
-            "'A100', 'A100-80GB', 'H100', 'L4'. Jobs requesting no GPU get none.",
+            "'A100', 'A100-80GB', 'H100', 'L4', or a fallback list that Modal tries "
+            "in order, e.g. 'A100-80GB,H100'. Jobs requesting no GPU get none.",
         },
     )
     volume: str = field(
@@ -77,7 +86,8 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=None,
         metadata={
             "help": "--modal-volume-prefix: folder of the volume that mirrors the "
-            "working directory (default: the working directory's name).",
+            "working directory (default: the working directory's name and a hash of "
+            "its absolute path, so that two checkouts never share files).",
         },
     )
     timeout: int = field(
@@ -169,13 +179,16 @@ class Executor(RemoteExecutor):
                 "files through its own volume and does not install storage plugins "
                 "in the container; run without a default storage provider"
             )
+        self.default_gpu = None
         if self.settings.gpu is not None:
             try:
-                parse_gpu(self.settings.gpu)
+                self.default_gpu = parse_gpu(self.settings.gpu)
             except ValueError as e:
                 raise WorkflowError(f"--modal-gpu: {e}") from None
+        check_python_version(sys.version_info)
         self.workdir = Path.cwd()
-        prefix = self.settings.volume_prefix or self.workdir.name
+        self.check_inputs()
+        prefix = self.settings.volume_prefix or default_prefix(self.workdir)
         self.volume = modal.Volume.from_name(
             self.settings.volume, create_if_missing=True
         )
@@ -189,10 +202,59 @@ class Executor(RemoteExecutor):
         self._sources: list[str] | None = None
         self._calls: dict[str, ContainerCall] = {}
         self._calls_lock = threading.Lock()
+        env = self.job_env()
+        self.logger.info(
+            f"Modal: building the container image (or finding it built) before any "
+            f"job; volume folder {self.settings.volume}:/{self.stager.prefix}"
+        )
+        self.app = RunApp(
+            f"snakemake-{self.stager.prefix}"[:64],
+            self.image,
+            self.volume,
+            min(self.settings.timeout, MAX_TIMEOUT_S),
+            self.default_gpu,
+            secrets=[modal.Secret.from_dict(env)] if env else [],
+        )
+
+    def check_inputs(self) -> None:
+        """
+        Refuse, before anything is submitted, a run whose jobs read files a container
+        cannot see as the local run does: files outside the working directory.
+
+        Raises
+        ------
+        WorkflowError
+            One line naming the first such file and its job.
+        """
+        dag = getattr(self.workflow, "dag", None)
+        if dag is None:
+            return
+        for job in dag.needrun_jobs():
+            if getattr(job, "is_local", False):
+                continue
+            for f in job.input:
+                try:
+                    relative_to_workdir(f, self.workdir)
+                except WorkflowError as e:
+                    raise WorkflowError(f"job {job.rule.name}: {e}") from None
 
     # -- submission -------------------------------------------------------------
 
     def run_job(self, job):
+        # Whatever goes wrong here is this job's error (so --retries applies), never
+        # the scheduler's (which would cancel every running container).
+        try:
+            self.submit(job)
+        except Exception as e:
+            text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            kind = "" if isinstance(e, WorkflowError) else f"{type(e).__name__}: "
+            msg = f"Modal: job {self.get_jobname(job)} not submitted: {kind}{text}"
+            if job.is_group():  # Snakemake prints no message for a group's error
+                self.logger.error(msg)
+            self.report_job_error(SubmittedJobInfo(job), msg=msg)
+
+    def submit(self, job) -> None:
+        """Stage the job's files and spawn its container (see :meth:`run_job`)."""
         gpu = self.gpu_request(job)
         runtime_s = _runtime_seconds(job)
         with self._calls_lock:
@@ -203,15 +265,9 @@ class Executor(RemoteExecutor):
             return
         spec = self.job_spec(job)
         self.stager.upload(spec["stage"])
-        call = ContainerCall(
-            name=re.sub(r"[^A-Za-z0-9-]+", "-", f"snakemake-{self.get_jobname(job)}"),
-            image=self.image,
-            gpu=gpu,
-            cpu=float(max(j.threads for j in _members(job))),
-            timeout_s=min(runtime_s or self.settings.timeout, MAX_TIMEOUT_S),
-            volume=self.volume,
-            spec=spec,
-        )
+        timeout_s = min(runtime_s or self.settings.timeout, MAX_TIMEOUT_S)
+        handle = self.app.spawn(spec, gpu, _cpus(job), _memory_mb(job), timeout_s)
+        call = ContainerCall(handle, gpu, timeout_s, warn=self.logger.warning)
         with self._calls_lock:
             self._calls[call.call_id] = call
         self.report_job_submission(
@@ -221,11 +277,16 @@ class Executor(RemoteExecutor):
     def job_spec(self, job) -> dict:
         """The argument of the container's ``run_job`` for this job."""
         if self._sources is None:
-            self._sources = sorted(
+            # Snakemake's sources (included files, scripts, config files, git's
+            # files) and the files the config names, tracked by git or not: the
+            # container parses the workflow as this machine does
+            sources = {
                 relative_to_workdir(f, self.workdir)
                 for f in self.workflow.dag.get_sources()
                 if os.path.isfile(f)
-            )
+            }
+            sources |= set(_config_files(self.workflow.config, self.workdir))
+            self._sources = sorted(sources)
         rel = lambda files: [relative_to_workdir(f, self.workdir) for f in files]  # noqa: E731
         members = _members(job)
         # a group's intermediate files are outputs too: synced and downloaded
@@ -235,13 +296,18 @@ class Executor(RemoteExecutor):
             for f in j.output
         ]
         results = rel([*(f for j in members for f in j.log), *_benchmarks(members)])
+        targets = [
+            " ".join(
+                shlex.quote(t) for t in encode_target_jobs_cli_args(j.get_target_spec())
+            )
+            for j in members
+        ]
         return {
             "mount": MOUNT,
             "volume": self.settings.volume,
             "prefix": self.stager.prefix,
             "stage": sorted(set(self._sources) | set(rel(job.input))),
             "command": self.format_job_exec(job),
-            "env": self.job_env(),
             "outputs": outputs,
             # what Snakemake checks after the job: a group's outputs not consumed
             # inside it (intermediates may be temp() files deleted in the container)
@@ -249,7 +315,65 @@ class Executor(RemoteExecutor):
             "results": sorted(set(results)),
             "log": JOB_LOG.format(name=self.get_jobname(job)),
             "sync_every_s": self.settings.sync_seconds,
+            "members": [
+                {"target": t, "outputs": rel(j.output), "key": key}
+                for t, j, key in zip(
+                    targets, members, self.job_keys(members), strict=True
+                )
+            ],
         }
+
+    def job_keys(self, members: list) -> list[str]:
+        """
+        What makes each job's outputs reusable: a SHA-256 of its rule, wildcards,
+        parameters and the contents of its inputs (files, or the files inside
+        folders; for an input made by another job of the group, that job's key).
+        An output on the volume is reused only by a job with the same key.
+        """
+        made_by = {str(f): j for j in members for f in j.output}
+        keys: dict[int, str] = {}
+
+        def key(job) -> str:
+            if id(job) not in keys:
+                inputs = {}
+                for f in job.input:
+                    rel = relative_to_workdir(f, self.workdir)
+                    producer = made_by.get(str(f))
+                    inputs[rel] = (
+                        "made by " + key(producer)
+                        if producer is not None
+                        else self.stager.content_hash(rel)
+                    )
+                record = {
+                    "rule": job.rule.name,
+                    "wildcards": dict(job.wildcards_dict),
+                    "params": {k: v for k, v in job.params.items()},
+                    "inputs": inputs,
+                }
+                text = json.dumps(record, sort_keys=True, default=repr)
+                keys[id(job)] = hashlib.sha256(text.encode()).hexdigest()[:32]
+            return keys[id(job)]
+
+        return [key(j) for j in members]
+
+    def get_job_args(self, job, **kwargs):
+        """
+        Snakemake's job arguments with the container's CPUs as ``--cores``, and the
+        ``--target-jobs`` left to the container (it leaves out finished jobs).
+        """
+        # RemoteExecutor's own addition (files to wait for on a shared file system)
+        # does not apply: there is none (implies_no_shared_fs)
+        args = RealExecutor.get_job_args(self, job, cores=max(1, math.ceil(_cpus(job))))
+        encoded = encode_target_jobs_cli_args(job.get_target_spec())
+        from snakemake_interface_executor_plugins.utils import format_cli_arg
+
+        return args.replace(
+            format_cli_arg("--target-jobs", encoded), f"--target-jobs {TARGETS}"
+        )
+
+    def additional_general_args(self):
+        # one failing job of a group (one image of a shard) does not stop the others
+        return "--keep-going"
 
     def format_job_exec(self, job) -> str:
         """
@@ -260,7 +384,11 @@ class Executor(RemoteExecutor):
         return _DIRECTORY_ARG.sub("", super().format_job_exec(job))
 
     def job_env(self) -> dict[str, str]:
-        """Environment variables declared with ``--envvars``, secrets left out."""
+        """
+        Environment variables declared with ``--envvars``, Modal's token left out;
+        they reach the containers as a Modal secret (``modal.Secret.from_dict``), not
+        as arguments of the call.
+        """
         return {k: v for k, v in self.envvars().items() if k not in SECRET_ENVVARS}
 
     def gpu_request(self, job) -> GpuRequest | None:
@@ -293,13 +421,14 @@ class Executor(RemoteExecutor):
             )
         if models:
             return GpuRequest(parse_gpu(models.pop()).type, max(counts))
-        if self.settings.gpu is None:
+        if self.default_gpu is None:
             raise WorkflowError(
                 f"job {self.get_jobname(job)} requests a GPU but has no 'gpu_model' "
                 "resource and no --modal-gpu is set; set --modal-gpu (e.g. A100)"
             )
-        default = parse_gpu(self.settings.gpu)
-        return GpuRequest(default.type, max(max(counts), default.count))
+        default = self.default_gpu
+        count = max(max(counts), default.count)
+        return default if count == default.count else GpuRequest(default.type, count)
 
     # -- status -----------------------------------------------------------------
 
@@ -326,10 +455,29 @@ class Executor(RemoteExecutor):
             if outcome.ok:
                 self.report_job_success(job_info)
             else:
-                self.report_job_error(
-                    job_info,
-                    msg=f"Modal call {job_info.external_jobid}: {outcome.message}\n",
+                msg = (
+                    f"Modal call {job_info.external_jobid}: {outcome.message}\n"
+                    + self.log_report(job_info, outcome)
                 )
+                if job_info.job.is_group():  # Snakemake prints no message for it
+                    self.logger.error(f"{self.get_jobname(job_info.job)}: {msg}")
+                self.report_job_error(job_info, msg=msg)
+
+    def log_report(self, job_info, outcome) -> str:
+        """The tail of a failed job's container log, and where the whole log is."""
+        local = self.workdir / job_info.aux["spec"]["log"]
+        if local.exists():
+            tail = local.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            where = f"whole log: {local}"
+        elif outcome.result is not None:
+            tail = outcome.result["log_tail"].splitlines()[-LOG_TAIL_LINES:]
+            where = "the log did not reach the volume"
+        else:
+            return (
+                "no log reached the volume (the container was lost before its first "
+                f"sync); Modal's own logs: `modal app logs {self.app.app.name}`\n"
+            )
+        return f"last lines of its log ({where}):\n" + "\n".join(tail) + "\n"
 
     def fetch_results(self, job_info, ok: bool) -> None:
         """
@@ -346,7 +494,7 @@ class Executor(RemoteExecutor):
             )
         else:
             logs = [relative_to_workdir(f, self.workdir) for f in job_info.job.log]
-            self.stager.download([*logs, spec["log"]], missing_ok=True)
+            self.stager.download([*logs, spec["log"]], missing_ok=True, fresh=True)
 
     def cancel_jobs(self, active_jobs):
         # Every running call, not only `active_jobs`: Snakemake's list leaves out the
@@ -359,6 +507,9 @@ class Executor(RemoteExecutor):
 
     def shutdown(self):
         super().shutdown()
+        app = getattr(self, "app", None)
+        if app is not None:
+            app.stop(warn=self.logger.warning)
         self.logger.info(self.ledger.summary())
 
 
@@ -368,6 +519,38 @@ def _runtime_seconds(job) -> float | None:
     if runtime is None or (isinstance(runtime, float) and math.isnan(runtime)):
         return None
     return float(runtime) * 60
+
+
+def _config_files(config, workdir: Path) -> list[str]:
+    """Files below the working directory named by string values of the config."""
+    found = []
+    if isinstance(config, dict):
+        for value in config.values():
+            found += _config_files(value, workdir)
+    elif isinstance(config, (list, tuple)):
+        for value in config:
+            found += _config_files(value, workdir)
+    elif isinstance(config, str) and config and len(config) < 4096:
+        path = Path(workdir, config)
+        try:
+            if path.is_file():
+                found.append(relative_to_workdir(path, workdir))
+        except (OSError, WorkflowError):
+            pass
+    return found
+
+
+def _cpus(job) -> float:
+    """CPUs of the job's container: the largest ``threads`` of its jobs."""
+    return float(max(j.threads for j in _members(job)))
+
+
+def _memory_mb(job) -> int | None:
+    """The job's ``mem_mb`` resource (a group's total), MiB; None if unset."""
+    mem = job.resources.get("mem_mb")
+    if mem is None or (isinstance(mem, float) and math.isnan(mem)):
+        return None
+    return int(mem)
 
 
 def _members(job) -> list:

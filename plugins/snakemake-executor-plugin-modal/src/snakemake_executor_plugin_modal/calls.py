@@ -1,21 +1,61 @@
 """
-One Modal function call per Snakemake job: start it in its own ephemeral app, poll it
-without blocking, cancel it; and the ledger of GPU-seconds spent against a budget.
+The run's Modal app and one function call per Snakemake job: start the app once
+(building the image, with Modal's build output shown), spawn each job with its own
+resources, poll it without blocking, cancel it; and the ledger of GPU-seconds spent
+against a budget.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from snakemake_interface_common.exceptions import WorkflowError
 
 from .container import run_job
 from .prices import GpuRequest
 
-__all__ = ["MOUNT", "ContainerCall", "Ledger", "Outcome"]
+__all__ = [
+    "MOUNT",
+    "TRANSPORT_GRACE_S",
+    "ContainerCall",
+    "Ledger",
+    "Outcome",
+    "RunApp",
+    "transport_errors",
+]
 
 #: Where containers mount the volume.
 MOUNT = "/snakemake-volume"
+#: Seconds of client-side transport errors (no answer from Modal) after which a call
+#: whose status cannot be read is given up as failed; before that it counts as running.
+TRANSPORT_GRACE_S = 600.0
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """
+    Exceptions that mean "Modal could not be asked", not "the call failed": the
+    client's network (``OSError``, which includes Python's ``ConnectionError``),
+    Modal's ``ConnectionError``, ``InternalError`` and ``ServiceError`` (server side,
+    retryable), and grpclib's transport errors (Modal 1.6 speaks gRPC through grpclib).
+    """
+    import modal.exception
+
+    errors = [
+        OSError,
+        modal.exception.ConnectionError,
+        modal.exception.InternalError,
+        modal.exception.ServiceError,
+    ]
+    try:
+        from grpclib.exceptions import StreamTerminatedError
+
+        errors.append(StreamTerminatedError)
+    except ImportError:  # the fake backend has no grpclib
+        pass
+    return tuple(errors)
 
 
 @dataclass
@@ -28,7 +68,8 @@ class Outcome:
     ok : bool
         The job's command exited with status 0.
     message : str
-        For a failure: what happened and the tail of the job's log.
+        For a failure: what happened (one line; the log's tail is added by the
+        executor, which fetches the log).
     result : dict or None
         What :func:`~snakemake_executor_plugin_modal.container.run_job` returned, if it
         returned.
@@ -39,54 +80,142 @@ class Outcome:
     result: dict | None = None
 
 
-class ContainerCall:
+class RunApp:
     """
-    A job running in a Modal container.
+    The run's one Modal app: one function running
+    :func:`~snakemake_executor_plugin_modal.container.run_job` without a GPU, and
+    one with ``--modal-gpu`` (a fallback list is allowed there only: Modal 1.6's
+    ``with_options`` takes one GPU type). Each job is spawned through
+    ``Function.with_options`` with its own CPU, memory, GPU and timeout.
 
-    Each call has its own ephemeral app (``modal.App.run``), so that every job can
-    have its own GPU type and timeout; Modal caches the image build across them.
+    Containers serve one input each (``single_use_containers``): a container kept
+    warm would run the next job on the volume view of the previous one.
 
     Parameters
     ----------
     name : str
         App name, shown in Modal's dashboard.
     image : modal.Image
-    gpu : GpuRequest or None
-        None: a CPU-only container.
-    cpu : float
-        CPU cores reserved for the container (the job's threads).
-    timeout_s : int
-        Seconds after which Modal stops the container.
     volume : modal.Volume
-    spec : dict
-        Argument of :func:`~snakemake_executor_plugin_modal.container.run_job`.
+    timeout_s : int
+        Default timeout of a call, seconds.
+    default_gpu : GpuRequest or None
+        ``--modal-gpu``.
+    ephemeral_disk_mb : int or None
+        Scratch disk of every container, MiB (Modal sets it per function).
+    secrets : list of modal.Secret
+        Environment variables of every container (``--envvars``).
+
+    Raises
+    ------
+    WorkflowError
+        If the image build fails: one line with the command that shows its logs.
     """
 
     def __init__(
-        self, name, image, gpu: GpuRequest | None, cpu: float, timeout_s, volume, spec
+        self,
+        name: str,
+        image,
+        volume,
+        timeout_s: int,
+        default_gpu: GpuRequest | None,
+        ephemeral_disk_mb: int | None = None,
+        secrets: list | None = None,
     ):
         import modal
 
+        self.default_gpu = default_gpu
+        self.app = modal.App(name)
+        options = dict(
+            image=image,
+            volumes={MOUNT: volume},
+            timeout=int(timeout_s),
+            serialized=True,
+            single_use_containers=True,
+            secrets=list(secrets or []),
+        )
+        if ephemeral_disk_mb:
+            options["ephemeral_disk"] = int(ephemeral_disk_mb)
+        self.cpu_function = self.app.function(**options, name="run_job")(run_job)
+        self.gpu_function = None
+        if default_gpu is not None:
+            self.gpu_function = self.app.function(
+                **options, gpu=default_gpu.modal_spec, name="run_job_gpu"
+            )(run_job)
+        self._run = self.app.run()
+        with modal.enable_output():  # the image build's output, as `modal run` shows
+            try:
+                self._run.__enter__()
+            except modal.exception.Error as e:
+                self._run = None
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                hint = " ".join(str(e).split("modal image logs")[1:2]).strip()
+                raise WorkflowError(
+                    f"Modal: the container image could not be built ({first}); "
+                    + (f"see `modal image logs {hint}`; " if hint else "")
+                    + "nothing was submitted"
+                ) from None
+
+    def spawn(
+        self, spec: dict, gpu: GpuRequest | None, cpu: float, memory_mb, timeout_s
+    ):
+        """Start one job; returns Modal's ``FunctionCall``."""
+        options = dict(cpu=float(cpu), timeout=int(timeout_s))
+        if memory_mb:
+            options["memory"] = int(memory_mb)
+        if gpu is None:
+            function = self.cpu_function
+        elif self.gpu_function is not None and gpu == self.default_gpu:
+            function = self.gpu_function  # may hold a fallback list
+        else:
+            function = self.gpu_function or self.cpu_function
+            options["gpu"] = gpu.modal_spec
+        return function.with_options(**options).spawn(spec)
+
+    def stop(self, warn: Callable[[str], None] = print) -> None:
+        """Stop the app (idempotent); an error doing so is reported, not raised."""
+        run, self._run = self._run, None
+        if run is None:
+            return
+        try:
+            run.__exit__(None, None, None)
+        except Exception as e:  # the run's results are home; only the app is left
+            warn(f"Modal: could not stop the app cleanly ({type(e).__name__}: {e})")
+
+
+class ContainerCall:
+    """
+    A job running in a Modal container.
+
+    Parameters
+    ----------
+    call : modal.FunctionCall
+    gpu : GpuRequest or None
+        None: a CPU-only container.
+    timeout_s : int
+        Seconds after which Modal stops the container.
+    warn : callable
+        Where transport errors are reported (the executor's logger).
+    grace_s : float
+        Seconds of transport errors in a row after which the call is given up.
+    """
+
+    def __init__(
+        self,
+        call,
+        gpu: GpuRequest | None,
+        timeout_s,
+        warn: Callable[[str], None] = print,
+        grace_s: float = TRANSPORT_GRACE_S,
+    ):
+        self.call = call
         self.gpu = gpu
         self.timeout_s = timeout_s
-        app = modal.App(name)
-        function = app.function(
-            image=image,
-            gpu=gpu.modal_spec if gpu else None,
-            cpu=cpu,
-            timeout=int(timeout_s),
-            volumes={MOUNT: volume},
-            serialized=True,
-        )(run_job)
-        self._run = app.run()
-        self._run.__enter__()
-        try:
-            self.started = time.monotonic()
-            self.call = function.spawn(spec)
-        except BaseException:
-            self.stop()
-            raise
+        self.warn = warn
+        self.grace_s = grace_s
+        self.started = time.monotonic()
         self.ended: float | None = None
+        self._unreachable_since: float | None = None
 
     @property
     def call_id(self) -> str:
@@ -97,9 +226,12 @@ class ContainerCall:
         """
         The outcome if the call has ended, else None; never blocks.
 
-        Uses ``FunctionCall.get(timeout=0)``, which raises Python's ``TimeoutError``
-        while the call runs (``modal._functions``, Modal 1.x); Modal's own
-        ``modal.exception.TimeoutError`` is taken the same way.
+        ``FunctionCall.get(timeout=0)`` raises Python's ``TimeoutError`` while the call
+        runs (``modal._functions``, Modal 1.x); Modal's own ``TimeoutError`` is taken
+        the same way, except its subclasses ``FunctionTimeoutError`` (the container ran
+        past its timeout) and ``OutputExpiredError`` (the result is gone): failures. A
+        transport error (:func:`transport_errors`) counts as running, reported, for at
+        most ``grace_s`` seconds in a row.
         """
         import modal.exception
 
@@ -109,36 +241,56 @@ class ContainerCall:
             outcome = Outcome(
                 False, f"the container ran past its timeout of {self.timeout_s} s"
             )
+        except modal.exception.OutputExpiredError:
+            outcome = Outcome(
+                False,
+                "Modal no longer holds the call's result (OutputExpiredError); its "
+                "committed files are on the volume and are reused by a retry",
+            )
         except (TimeoutError, modal.exception.TimeoutError):
+            self._unreachable_since = None
             return None
-        except Exception as e:  # a remote exception, a preempted or lost container
-            outcome = Outcome(False, f"the Modal call failed: {type(e).__name__}: {e}")
+        except transport_errors() as e:
+            now = time.monotonic()
+            since = self._unreachable_since = self._unreachable_since or now
+            if now - since < self.grace_s:
+                self.warn(
+                    f"Modal call {self.call_id}: status not readable "
+                    f"({type(e).__name__}: {e}); still taken as running "
+                    f"({now - since:.0f} of {self.grace_s:.0f} s)"
+                )
+                return None
+            outcome = Outcome(
+                False,
+                f"Modal could not be reached for {self.grace_s:.0f} s "
+                f"({type(e).__name__}: {e}); the call is given up",
+            )
+        except Exception as e:  # a remote exception, a lost container
+            first = (str(e).strip().splitlines() or [""])[0]
+            outcome = Outcome(
+                False, f"the Modal call failed: {type(e).__name__}: {first}"
+            )
         else:
             ok = result["returncode"] == 0
             message = (
                 ""
                 if ok
-                else f"the job's command exited with status {result['returncode']}; "
-                f"last lines of its log:\n{result['log_tail']}"
+                else f"the job's command exited with status {result['returncode']}"
             )
             outcome = Outcome(ok, message, result)
         self.ended = time.monotonic()
-        self.stop()
         return outcome
 
     def cancel(self) -> None:
-        """Stop the container and the app."""
+        """Stop the container; an error doing so is reported, not raised."""
         try:
             self.call.cancel(terminate_containers=True)
+        except Exception as e:
+            self.warn(
+                f"Modal call {self.call_id}: cancel failed ({type(e).__name__}: {e})"
+            )
         finally:
             self.ended = self.ended or time.monotonic()
-            self.stop()
-
-    def stop(self) -> None:
-        """Stop the ephemeral app (idempotent)."""
-        run, self._run = getattr(self, "_run", None), None
-        if run is not None:
-            run.__exit__(None, None, None)
 
     @property
     def seconds(self) -> float:

@@ -8,6 +8,16 @@ but this module (added to the image as local Python source).
 The job runs in a scratch folder of the container, not on the volume: a file appears on
 the volume only once it is finished (written to a temporary name, then renamed, then
 committed), so a job that is preempted or killed leaves no partial output there.
+
+Finished work is not paid twice: beside each output committed to the volume, a marker
+``.snakemake/modal/done/<output>@<key>`` records the key of the job that made it (a
+hash of its rule, wildcards, parameters and input contents, computed by the
+executor). A job of a group whose outputs are all on the volume with its own key is
+left out of the command (``--target-jobs``), whether this is a retry, a rerun, or
+Modal restarting a preempted input in a new container.
+
+The command's output goes to the container's stdout (Modal's logs show it) and to the
+job's log, which is committed to the volume with the outputs while the job runs.
 """
 
 from __future__ import annotations
@@ -16,15 +26,20 @@ import base64
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-__all__ = ["JOB_LOG", "run_job"]
+__all__ = ["DONE", "JOB_LOG", "TARGETS", "run_job"]
 
 #: Where, below the working directory, the container's log of a job is written.
 JOB_LOG = ".snakemake/modal/{name}.log"
+#: Folder of the markers of finished outputs (``<output>@<key>``) on the volume.
+DONE = ".snakemake/modal/done"
+#: Stands in the command for the ``--target-jobs`` of the jobs left to run.
+TARGETS = "@MODAL_TARGET_JOBS@"
 
 
 def run_job(spec: dict) -> dict:
@@ -41,15 +56,19 @@ def run_job(spec: dict) -> dict:
         environment variables), ``outputs`` (``[path, key]`` pairs: the outputs of the
         job's rules, relative to the working directory, and the key Snakemake records
         them under), ``results`` (logs and benchmark files, copied once the command
-        has ended), ``log`` (where to write the job's stdout and stderr), and
-        ``sync_every_s`` (seconds between commits of finished outputs while it runs).
+        has ended), ``log`` (where to write the job's stdout and stderr),
+        ``sync_every_s`` (seconds between commits of finished outputs while it runs),
+        and ``members`` (per job of the group: ``target``, its quoted
+        ``--target-jobs`` entry; ``outputs``, its files; ``key``, the hash that a
+        reusable output's marker must carry). The command holds :data:`TARGETS`
+        where the entries of the jobs left to run go.
 
     Returns
     -------
     dict
         ``returncode`` (int), ``seconds`` (float, wall-clock of the command),
         ``log_tail`` (str, the last 40 lines of the job's log), ``synced`` (outputs
-        now on the volume).
+        now on the volume), ``reused`` (outputs found finished on the volume).
     """
     import modal
 
@@ -58,9 +77,31 @@ def run_job(spec: dict) -> dict:
     work = Path(tempfile.mkdtemp(prefix="snakemake-job-"))
     for rel in spec["stage"]:
         _copy(root / rel, work / rel)
+    members = spec.get("members", [])
+    keys = {rel: m["key"] for m in members for rel in m["outputs"]}
+    done = [m for m in members if _finished(root, m)]
+    todo = [m for m in members if m not in done]
+    reused = sorted(rel for m in done for rel in m["outputs"])
 
     log = work / spec["log"]
     log.parent.mkdir(parents=True, exist_ok=True)
+    if members and not todo:
+        log.write_text(
+            f"all {len(reused)} output(s) of this job are on the volume, made with the "
+            "same inputs and settings: reused, nothing run\n"
+        )
+        _copy_atomically(log, root / spec["log"])
+        volume.commit()
+        return {
+            "returncode": 0,
+            "seconds": 0.0,
+            "log_tail": log.read_text(),
+            "synced": [],
+            "reused": reused,
+        }
+    command = spec["command"]
+    if TARGETS in command:
+        command = command.replace(TARGETS, " ".join(m["target"] for m in todo))
     # Snakemake keeps the records of a remote run (which outputs are being written) in
     # a temporary folder: under TMPDIR, so that the syncs below can read them.
     tmp = work / ".snakemake" / "modal-tmp"
@@ -72,8 +113,10 @@ def run_job(spec: dict) -> dict:
     synced: set[str] = set()
 
     def sync(ended: bool = False) -> None:
-        if _sync_finished(work, root, tmp, outputs, synced, ended):
-            volume.commit()
+        _sync_finished(work, root, tmp, outputs, synced, ended, keys)
+        if log.exists():  # the log so far: there even if the container is lost
+            _copy_atomically(log, root / spec["log"])
+        volume.commit()
 
     def sync_periodically() -> None:
         while not done.wait(spec.get("sync_every_s", 30)):
@@ -82,14 +125,23 @@ def run_job(spec: dict) -> dict:
     syncer = threading.Thread(target=sync_periodically, daemon=True)
     syncer.start()
     with open(log, "wb") as out:
-        proc = subprocess.run(
-            spec["command"],
+        if reused:
+            out.write(f"reused from the volume: {' '.join(reused)}\n".encode())
+            out.flush()
+        proc = subprocess.Popen(
+            command,
             shell=True,
             cwd=work,
             env=env,
-            stdout=out,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
+        for line in proc.stdout:  # to the log and to Modal's logs
+            out.write(line)
+            out.flush()
+            sys.stdout.buffer.write(line)
+            sys.stdout.flush()
+        proc.wait()
     seconds = time.monotonic() - started
     done.set()
     syncer.join()
@@ -99,6 +151,7 @@ def run_job(spec: dict) -> dict:
     for rel in sorted(synced):
         if not (work / rel).exists():
             _remove(root / rel)
+            _mark(root, rel, None)
             synced.discard(rel)
     for rel in spec.get("results", []):
         if (work / rel).exists():
@@ -111,7 +164,31 @@ def run_job(spec: dict) -> dict:
         "seconds": seconds,
         "log_tail": "\n".join(tail),
         "synced": sorted(synced),
+        "reused": reused,
     }
+
+
+def _finished(root: Path, member: dict) -> bool:
+    """Whether all outputs of a job are on the volume, marked with its key."""
+    return bool(member["outputs"]) and all(
+        (root / rel).exists() and _marker(root, rel, member["key"]).exists()
+        for rel in member["outputs"]
+    )
+
+
+def _marker(root: Path, rel: str, key: str) -> Path:
+    return root / DONE / f"{rel}@{key}"
+
+
+def _mark(root: Path, rel: str, key: str | None) -> None:
+    """Record that the output ``rel`` on the volume was made by the job ``key``
+    (None: by no known job); markers of other keys are removed first."""
+    folder = (root / DONE / rel).parent
+    for old in folder.glob(f"{Path(rel).name}@*") if folder.is_dir() else []:
+        old.unlink()
+    if key:
+        folder.mkdir(parents=True, exist_ok=True)
+        _marker(root, rel, key).write_text(key)
 
 
 def _sync_finished(
@@ -121,6 +198,7 @@ def _sync_finished(
     outputs: list[tuple[str, str]],
     synced: set[str],
     ended: bool,
+    keys: dict[str, str] | None = None,
 ) -> bool:
     """
     Copy the finished, not yet copied outputs to the volume; True if any. While the
@@ -136,7 +214,9 @@ def _sync_finished(
             continue
         if not ended and _incomplete(records, key):
             continue
+        _mark(root, rel, None)  # the old file's marker goes before the file changes
         _copy_atomically(work / rel, root / rel)
+        _mark(root, rel, (keys or {}).get(rel))
         synced.add(rel)
         changed = True
     return changed

@@ -44,26 +44,43 @@ class GpuRequest:
 
     type: str
     count: int = 1
+    #: Types Modal may take instead, in this order, when ``type`` is not available
+    #: (a GPU fallback list, allowed by Modal 1.6 in ``App.function(gpu=[...])``).
+    fallbacks: tuple[str, ...] = ()
 
     @property
-    def modal_spec(self) -> str:
-        """The ``gpu=`` string for Modal: ``"H100"`` or ``"H100:2"``."""
-        return self.type if self.count == 1 else f"{self.type}:{self.count}"
+    def modal_spec(self) -> str | list[str]:
+        """
+        The ``gpu=`` value for Modal: ``"H100"``, ``"H100:2"``, or a list of such
+        strings for a fallback list.
+        """
+        specs = [t if self.count == 1 else f"{t}:{self.count}" for t in self.types]
+        return specs[0] if len(specs) == 1 else specs
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The type and its fallbacks, in Modal's order of preference."""
+        return (self.type, *self.fallbacks)
 
     @property
     def usd_per_second(self) -> float:
-        """Price of the container's GPUs, USD per second (``nan`` if unknown)."""
-        return self.count * price_per_second(self.type)
+        """
+        Price of the container's GPUs, USD per second (``nan`` if unknown); for a
+        fallback list, that of its most expensive type (what a budget must allow).
+        """
+        return self.count * max(price_per_second(t) for t in self.types)
 
 
-def parse_gpu(spec: str) -> GpuRequest:
+def parse_gpu(spec: str | list[str]) -> GpuRequest:
     """
-    Read a GPU specification such as ``"A100"``, ``"h100:2"``.
+    Read a GPU specification such as ``"A100"``, ``"h100:2"``, or a fallback list
+    ``"A100-80GB,H100"`` (or a list of strings): Modal takes the first type it has.
 
     Parameters
     ----------
-    spec : str
-        ``TYPE`` or ``TYPE:COUNT``; the type is case-insensitive.
+    spec : str or list of str
+        ``TYPE`` or ``TYPE:COUNT``; the type is case-insensitive. In a list, every
+        entry has the same count.
 
     Returns
     -------
@@ -72,9 +89,20 @@ def parse_gpu(spec: str) -> GpuRequest:
     Raises
     ------
     ValueError
-        If the count is not a positive integer or the type is empty.
+        If the count is not a positive integer, the type is empty, or the entries of a
+        list have different counts.
     """
-    text = str(spec).strip()
+    parts = spec if isinstance(spec, list) else str(spec).split(",")
+    if len(parts) > 1:
+        requests = [parse_gpu(p) for p in parts]
+        if len({r.count for r in requests}) > 1:
+            raise ValueError(
+                f"GPU specification {spec!r}: every type of a fallback list needs the "
+                "same count (e.g. 'A100-80GB:2,H100:2')"
+            )
+        types = tuple(dict.fromkeys(r.type for r in requests))
+        return GpuRequest(types[0], requests[0].count, types[1:])
+    text = str(parts[0]).strip()
     gpu_type, _, count = text.partition(":")
     gpu_type = gpu_type.strip().upper()
     if not gpu_type:

@@ -1,23 +1,45 @@
 """
 Files between the local working directory and the Modal Volume.
 
-The working directory is mirrored under one folder of the volume (the *prefix*): the
-local file ``results/a.txt`` is ``<prefix>/results/a.txt`` there. Uploads send only what
-is missing on the volume or changed locally (size differs, or modified in a later
-second than the volume's copy was written: the volume keeps whole seconds); downloads
-write each file to a temporary name and rename it, so a half-downloaded file never
-looks finished.
+The working directory is mirrored under one folder of the volume (the *prefix*, by
+default the working directory's name and a hash of its absolute path, so that two
+checkouts never share files): the local file ``results/a.txt`` is
+``<prefix>/results/a.txt`` there. Uploads are content-checked: a manifest on the
+volume (``<prefix>/.snakemake/modal/manifest.json``) holds the SHA-256 of every file
+sent, and a file is sent again only if its content differs. Downloads list the folder
+once and fetch the files in parallel, each written to a temporary name and renamed, so
+a half-downloaded file never looks finished.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import tempfile
+import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 from snakemake_interface_common.exceptions import WorkflowError
 
-__all__ = ["VolumeStager", "relative_to_workdir"]
+__all__ = ["MANIFEST", "VolumeStager", "default_prefix", "relative_to_workdir"]
+
+#: The upload manifest, relative to the prefix.
+MANIFEST = ".snakemake/modal/manifest.json"
+#: Files downloaded at once.
+DOWNLOAD_THREADS = 8
+
+
+def default_prefix(workdir: str | os.PathLike) -> str:
+    """
+    The volume folder of a working directory: its name and the first 8 hex digits
+    of the SHA-256 of its absolute path (``wf-1a2b3c4d``).
+    """
+    path = Path(os.path.abspath(workdir))
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:8]
+    return f"{path.name}-{digest}"
 
 
 def relative_to_workdir(path: str | os.PathLike, workdir: Path) -> str:
@@ -60,35 +82,68 @@ class VolumeStager:
         self.volume = volume
         self.prefix = prefix.strip("/")
         self.workdir = Path(workdir)
-        self._remote: dict[str, tuple[int, int]] | None = None
+        self._manifest: dict[str, str] | None = None
+        self._hashes: dict[str, tuple[int, int, str]] = {}
+        self._lock = threading.Lock()
 
     def remote_path(self, rel: str) -> str:
         """Path on the volume of the local file ``rel``."""
         return str(PurePosixPath(self.prefix, rel))
 
-    def remote_files(self) -> dict[str, tuple[int, int]]:
+    def content_hash(self, rel: str) -> str:
         """
-        Files under the prefix on the volume: relative path -> (size in bytes, mtime in
-        epoch seconds). Listed once, then kept up to date by this object's uploads.
-        """
-        if self._remote is None:
-            import modal.exception
+        SHA-256 (hex) of a local file's content; for a folder, of its files' relative
+        paths and hashes. Kept while the file's size and modification time hold.
 
-            self._remote = {}
+        Raises
+        ------
+        WorkflowError
+            If the path does not exist locally.
+        """
+        local = self.workdir / rel
+        if local.is_dir():
+            digest = hashlib.sha256()
+            for f in sorted(local.rglob("*")):
+                if f.is_file():
+                    frel = f.relative_to(self.workdir).as_posix()
+                    digest.update(f"{frel}\0{self.content_hash(frel)}\n".encode())
+            return digest.hexdigest()
+        try:
+            st = local.stat()
+        except FileNotFoundError:
+            raise WorkflowError(
+                f"{rel} does not exist locally and cannot be staged to the Modal volume"
+            ) from None
+        known = self._hashes.get(rel)
+        if known and known[:2] == (st.st_size, st.st_mtime_ns):
+            return known[2]
+        digest = hashlib.sha256()
+        with open(local, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        self._hashes[rel] = (st.st_size, st.st_mtime_ns, digest.hexdigest())
+        return digest.hexdigest()
+
+    def manifest(self) -> dict[str, str]:
+        """Relative path -> SHA-256 of the files on the volume this run knows of."""
+        if self._manifest is None:
             try:
-                entries = self.volume.listdir(self.prefix or "/", recursive=True)
-            except modal.exception.NotFoundError:
-                entries = []
-            for entry in entries:
-                if _is_file(entry):
-                    rel = str(PurePosixPath(entry.path).relative_to(self.prefix or "."))
-                    self._remote[rel] = (entry.size, int(entry.mtime))
-        return self._remote
+                data = b"".join(self.volume.read_file(self.remote_path(MANIFEST)))
+                self._manifest = json.loads(data)
+            except Exception as e:  # none yet, or unreadable: everything is sent
+                import modal.exception
+
+                if not isinstance(
+                    e, (FileNotFoundError, modal.exception.NotFoundError, ValueError)
+                ):
+                    raise
+                self._manifest = {}
+        return self._manifest
 
     def upload(self, paths: Iterable[str]) -> list[str]:
         """
-        Send the files (and the files inside folders) among ``paths`` that are missing
-        on the volume or changed locally.
+        Send the files (and the files inside folders) among ``paths`` whose content
+        the volume does not have (by the manifest's SHA-256).
 
         Parameters
         ----------
@@ -105,43 +160,47 @@ class VolumeStager:
         WorkflowError
             If a path does not exist locally.
         """
-        remote = self.remote_files()
-        todo = []
-        for rel in sorted(set(paths)):
-            local = self.workdir / rel
-            if not local.exists():
-                raise WorkflowError(
-                    f"{rel} does not exist locally and cannot be staged to the Modal "
-                    "volume"
-                )
-            files = [local] if local.is_file() else sorted(local.rglob("*"))
-            for f in files:
-                if not f.is_file():
-                    continue
-                frel = f.relative_to(self.workdir).as_posix()
-                st = f.stat()
-                known = remote.get(frel)
-                if (
-                    known is None
-                    or known[0] != st.st_size
-                    or int(st.st_mtime) > known[1]
-                ):
-                    todo.append((f, frel, st.st_size))
-        if todo:
-            with self.volume.batch_upload(force=True) as batch:
-                for f, frel, _ in todo:
-                    batch.put_file(str(f), "/" + self.remote_path(frel))
-            for f, frel, size in todo:
-                remote[frel] = (size, int(f.stat().st_mtime))
-        return [frel for _, frel, _ in todo]
+        with self._lock:
+            manifest = self.manifest()
+            todo = []
+            for rel in sorted(set(paths)):
+                local = self.workdir / rel
+                if not local.exists():
+                    raise WorkflowError(
+                        f"{rel} does not exist locally and cannot be staged to the "
+                        "Modal volume"
+                    )
+                files = [local] if local.is_file() else sorted(local.rglob("*"))
+                for f in files:
+                    if not f.is_file():
+                        continue
+                    frel = f.relative_to(self.workdir).as_posix()
+                    digest = self.content_hash(frel)
+                    if manifest.get(frel) != digest:
+                        todo.append((f, frel, digest))
+            if not todo:
+                return []
+            for _, frel, digest in todo:
+                manifest[frel] = digest
+            with tempfile.TemporaryDirectory() as tmp:
+                record = Path(tmp, "manifest.json")
+                record.write_text(json.dumps(manifest, sort_keys=True))
+                with self.volume.batch_upload(force=True) as batch:
+                    for f, frel, _ in todo:
+                        batch.put_file(str(f), "/" + self.remote_path(frel))
+                    batch.put_file(str(record), "/" + self.remote_path(MANIFEST))
+            return [frel for _, frel, _ in todo]
 
-    def download(self, paths: Iterable[str], missing_ok: bool = False) -> list[str]:
+    def download(
+        self, paths: Iterable[str], missing_ok: bool = False, fresh: bool = False
+    ) -> list[str]:
         """
-        Fetch files (or whole folders) from the volume into the working directory.
+        Fetch files (or whole folders) from the volume into the working directory:
+        one listing of the prefix, then the files in parallel.
 
         Each file is written to ``.<name>.modal-part`` beside its target and renamed
-        when complete, and gets the volume copy's modification time (so it is not sent
-        back by the next upload).
+        when complete; its content is recorded as known to the volume (so it is not
+        sent back by the next upload).
 
         Parameters
         ----------
@@ -149,6 +208,8 @@ class VolumeStager:
             Paths relative to the working directory.
         missing_ok : bool
             Skip paths absent from the volume instead of raising.
+        fresh : bool
+            Unused (every call lists the volume); kept for callers' clarity.
 
         Returns
         -------
@@ -162,41 +223,57 @@ class VolumeStager:
         """
         import modal.exception
 
-        written = []
+        paths = list(paths)
+        if not paths:
+            return []
+        with self._lock:
+            self.manifest()  # downloaded files are recorded in it
+        try:
+            entries = self.volume.listdir(self.prefix or "/", recursive=True)
+        except modal.exception.NotFoundError:
+            entries = []
+        files = {}
+        for entry in entries:
+            if _is_file(entry):
+                frel = str(PurePosixPath(entry.path).relative_to(self.prefix or "."))
+                files[frel] = entry
+        todo = {}
         for rel in paths:
-            remote = self.remote_path(rel)
-            try:
-                entries = self.volume.listdir(remote, recursive=True)
-            except modal.exception.NotFoundError:
-                entries = None
-            if not entries:
+            below = [
+                f for f in files if f == rel or f.startswith(rel.rstrip("/") + "/")
+            ]
+            if not below:
                 if missing_ok:
                     continue
                 raise WorkflowError(
-                    f"{rel} is not on the Modal volume (expected at {remote}): the job "
-                    "did not write it, or it was not committed"
+                    f"{rel} is not on the Modal volume (expected at "
+                    f"{self.remote_path(rel)}): the job did not write it, or it was "
+                    "not committed"
                 )
-            for entry in entries:
-                if not _is_file(entry):
-                    continue
-                frel = str(PurePosixPath(entry.path).relative_to(self.prefix or "."))
-                self._fetch(entry.path, self.workdir / frel, int(entry.mtime))
-                written.append(frel)
-                if self._remote is not None:
-                    self._remote[frel] = (entry.size, int(entry.mtime))
-        return written
+            todo.update({f: files[f] for f in below})
+        with ThreadPoolExecutor(DOWNLOAD_THREADS) as pool:
+            list(pool.map(lambda item: self._fetch(*item), todo.items()))
+        return sorted(todo)
 
-    def _fetch(self, remote: str, local: Path, mtime: int) -> None:
+    def _fetch(self, frel: str, entry) -> None:
+        local = self.workdir / frel
         local.parent.mkdir(parents=True, exist_ok=True)
         part = local.with_name(f".{local.name}.modal-part")
+        digest = hashlib.sha256()
         try:
             with open(part, "wb") as out:
-                for chunk in self.volume.read_file(remote):
+                for chunk in self.volume.read_file(entry.path):
                     out.write(chunk)
+                    digest.update(chunk)
+            mtime = int(entry.mtime)
             os.utime(part, (mtime, mtime))
             os.replace(part, local)
         finally:
             part.unlink(missing_ok=True)
+        st = local.stat()
+        with self._lock:
+            self._hashes[frel] = (st.st_size, st.st_mtime_ns, digest.hexdigest())
+            self._manifest[frel] = digest.hexdigest()
 
 
 def _is_file(entry) -> bool:

@@ -57,9 +57,25 @@ Fault injection (read by the client at spawn time):
 ``FAKE_MODAL_PREEMPT_AFTER_S=<seconds>`` with ``FAKE_MODAL_PREEMPT_ONCE_FILE=<path>``:
 if the file does not exist yet, it is created (atomically) and this call's container
 is SIGKILLed after that many seconds - one preemption in the whole test. With
-``FAKE_MODAL_PREEMPT_AFTER_S`` alone, every container is preempted.
+``FAKE_MODAL_PREEMPT_AFTER_S`` alone, every call is preempted once. As Modal does, a
+preempted input is restarted: the same call (same id, same input) in a new container
+with a fresh view of the committed volume (one line per restart in
+``restarts.jsonl``); ``get`` sees only the last container's result.
+``FAKE_MODAL_PREEMPT_WHEN=<glob>[:<glob>...]`` (with ``FAKE_MODAL_PREEMPT_AFTER_S`` as a
+fallback time): preempt as soon as every pattern matches a file, e.g. a file committed
+to the volume.
+``FAKE_MODAL_GET_ERRORS=<n>``: the first n ``FunctionCall.get`` of each call raise
+``modal.exception.ConnectionError`` (a client transport error; the call goes on).
+``FAKE_MODAL_SPAWN_ERRORS=<n>``: the first n ``Function.spawn`` of the client process
+raise ``modal.exception.ConnectionError`` (nothing started).
+``FAKE_MODAL_OUTPUT_EXPIRED=1``: ``get`` of a finished call raises
+``OutputExpiredError`` (a subclass of ``modal.exception.TimeoutError``).
+``FAKE_MODAL_BUILD_FAIL=<text>``: starting an app fails with ``ImageBuildError``
+(see ``App``); ``enable_output()`` prints the build steps (and that text).
+Apps: functions are added before ``app.run()``; ``Function.with_options`` takes one
+GPU string (as Modal 1.6), ``app.function`` a list too.
 
-Not implemented: GPUs, image builds (steps are only recorded; ``pip_install`` and
+Not implemented: GPUs, image builds (steps are only printed; ``pip_install`` and
 ``add_local_python_source`` do not affect what the container can import - it uses the
 client's interpreter and PYTHONPATH), retries (recorded only), serialized functions,
 ``.map``, classes, sandboxes, deployed apps.
@@ -70,10 +86,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,10 +101,13 @@ from typing import Any
 from . import exception
 from ._common import atomic_write, fake_root, locked
 from .exception import (
+    ConnectionError,
     ExecutionError,
     FunctionTimeoutError,
+    ImageBuildError,
     InvalidError,
     NotFoundError,
+    OutputExpiredError,
     RemoteError,
 )
 from .volume import FileEntry, FileEntryType, Volume, _make_view
@@ -97,10 +118,17 @@ __version__ = "1.6.4-fake"
 _FAKE_DIR = str(Path(__file__).resolve().parent.parent)
 
 
+_OUTPUT = {"enabled": False}
+
+
 @contextmanager
 def enable_output(*args: Any, **kwargs: Any) -> Iterator[None]:
-    """No-op stand-in for ``modal.enable_output()``."""
-    yield
+    """Like ``modal.enable_output()``: image builds print their steps meanwhile."""
+    before, _OUTPUT["enabled"] = _OUTPUT["enabled"], True
+    try:
+        yield
+    finally:
+        _OUTPUT["enabled"] = before
 
 
 def is_local() -> bool:
@@ -202,6 +230,7 @@ class _AppRun:
     def __enter__(self) -> App:
         if self._app._running:
             raise InvalidError(f"App {self._app.name!r} is already running")
+        self._app._build_images()
         self._app._running = True
         return self._app
 
@@ -222,12 +251,39 @@ class App:
         self._image = image
         self._running = False
         self._calls: list[FunctionCall] = []
+        self._functions: list[Function] = []
+
+    def _build_images(self) -> None:
+        """
+        Like Modal, build the images of the app's functions when it starts (printing
+        the steps under ``enable_output``). ``FAKE_MODAL_BUILD_FAIL=<text>`` makes a
+        build fail with Modal's ``ImageBuildError`` after printing that text.
+        """
+        for image in {
+            id(f._opts["image"]): f._opts["image"] for f in self._functions
+        }.values():
+            image_id = (
+                "im-fake"
+                + uuid.uuid5(uuid.NAMESPACE_OID, json.dumps(image.steps)).hex[:12]
+            )
+            if _OUTPUT["enabled"]:
+                for step in image.steps:
+                    print(f"[fake modal] building {image_id}: {step}", flush=True)
+            failure = os.environ.get("FAKE_MODAL_BUILD_FAIL")
+            if failure:
+                if _OUTPUT["enabled"]:
+                    print(failure, flush=True)
+                raise ImageBuildError(
+                    f"Image build for {image_id} failed.\nView the build logs:\n"
+                    f"  modal image logs {image_id}",
+                    image_id,
+                )
 
     def function(
         self,
         *,
         image: Image | None = None,
-        gpu: str | None = None,
+        gpu: str | list[str] | None = None,
         timeout: int = 300,
         volumes: dict[str, Volume] | None = None,
         serialized: bool = False,
@@ -236,6 +292,9 @@ class App:
         retries: Any = None,
         cpu: float | None = None,
         memory: int | None = None,
+        ephemeral_disk: int | None = None,
+        name: str | None = None,
+        single_use_containers: bool = False,
     ) -> Callable[[Callable], Function]:
         """Decorator turning a module-level function into a ``Function`` of this app."""
         volumes = dict(volumes or {})
@@ -259,7 +318,11 @@ class App:
             retries=retries,
             cpu=cpu,
             memory=memory,
+            ephemeral_disk=ephemeral_disk,
+            single_use_containers=single_use_containers,
         )
+        if self._running:
+            raise InvalidError("cannot add a function to an app that is running")
 
         def decorator(f: Callable) -> Function:
             raw = getattr(f, "_fake_raw_f", f)
@@ -268,7 +331,9 @@ class App:
                     "fake modal can only run module-level functions of importable "
                     f"modules, not {raw.__module__}.{raw.__qualname__}"
                 )
-            return Function(self, raw, opts)
+            function = Function(self, raw, {**opts, "name": name or raw.__name__})
+            self._functions.append(function)
+            return function
 
         return decorator
 
@@ -298,6 +363,32 @@ class Function:
     def __repr__(self) -> str:
         return f"<fake modal.Function {self.__module__}.{self.__qualname__}>"
 
+    def with_options(
+        self,
+        *,
+        cpu: float | None = None,
+        memory: int | None = None,
+        gpu: str | None = None,
+        secrets: list[Secret] | None = None,
+        retries: Any = None,
+        timeout: int | None = None,
+        **_ignored: Any,
+    ) -> Function:
+        """
+        The same function with other resources (Modal 1.6: ``gpu`` is one string
+        here, a list is refused; an option left None keeps the base value).
+        """
+        if gpu is not None and not isinstance(gpu, str):
+            raise InvalidError(
+                f"Invalid GPU config: {gpu!r}. Value must be a string or `None`"
+            )
+        new = {"cpu": cpu, "memory": memory, "gpu": gpu, "retries": retries}
+        new["timeout"] = timeout
+        if secrets is not None:
+            new["secrets"] = list(secrets)
+        opts = {**self._opts, **{k: v for k, v in new.items() if v is not None}}
+        return Function(self.app, self._fake_raw_f, opts)
+
     def get_raw_f(self) -> Callable:
         return self._fake_raw_f
 
@@ -312,6 +403,11 @@ class Function:
 
         The arguments must be JSON-serialisable.
         """
+        if _SPAWN_ERRORS["left"] is None:
+            _SPAWN_ERRORS["left"] = int(os.environ.get("FAKE_MODAL_SPAWN_ERRORS", "0"))
+        if _SPAWN_ERRORS["left"] > 0:  # fault injection: the upload of the input fails
+            _SPAWN_ERRORS["left"] -= 1
+            raise ConnectionError("Connection lost (fake transport error at spawn)")
         if not self.app._running:
             raise InvalidError(
                 f"cannot spawn {self.__qualname__}: app {self.app.name!r} is not "
@@ -332,9 +428,11 @@ class Function:
 
         mapping: list[tuple[str, str]] = []  # (mount path, view folder)
         mounts: dict[str, str] = {}  # volume name -> view folder
+        views: list[tuple[Volume, Path]] = []
         for n, (mount, vol) in enumerate(opts["volumes"].items()):
             view = cdir / "mounts" / str(n)
             _make_view(vol, view)
+            views.append((vol, view))
             mapping.append((mount, str(view)))
             mounts[vol.name] = str(view)
         mapping.sort(key=lambda mv: len(mv[0]), reverse=True)
@@ -371,12 +469,14 @@ class Function:
         record = {
             "call_id": call_id,
             "app": self.app.name,
-            "function": self.__qualname__,
+            "function": opts["name"],
             "module": self.__module__,
             "gpu": opts["gpu"],
             "timeout": opts["timeout"],
             "cpu": opts["cpu"],
             "memory": opts["memory"],
+            "ephemeral_disk": opts["ephemeral_disk"],
+            "single_use_containers": opts["single_use_containers"],
             "retries": opts["retries"]
             if isinstance(opts["retries"], (int, type(None)))
             else repr(opts["retries"]),
@@ -390,21 +490,34 @@ class Function:
         with locked("calls"), open(root / "calls.jsonl", "a") as fh:
             fh.write(json.dumps(record) + "\n")
 
-        log = open(cdir / "container.log", "wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "modal._container", str(cdir / "spec.json")],
-            cwd=cdir / "root",
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        def launch(restart: bool) -> tuple[subprocess.Popen, Any]:
+            if restart:  # a fresh container: a new view of the committed volume
+                for vol, view in views:
+                    shutil.rmtree(view)
+                    _make_view(vol, view)
+                shutil.rmtree(cdir / "root")
+                (cdir / "root").mkdir()
+            log = open(cdir / "container.log", "ab")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "modal._container", str(cdir / "spec.json")],
+                cwd=cdir / "root",
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            return proc, log
+
         call = FunctionCall(
-            call_id, proc, log, cdir, mapping, opts["timeout"], _preempt_after()
+            call_id, launch, cdir, mapping, opts["timeout"], _preempt_after()
         )
         self.app._calls.append(call)
         return call
+
+
+#: Spawns left to fail (``FAKE_MODAL_SPAWN_ERRORS``), read at the first spawn.
+_SPAWN_ERRORS: dict[str, int | None] = {"left": None}
 
 
 def _remap(obj: Any, mapping: list[tuple[str, str]]) -> Any:
@@ -447,11 +560,14 @@ _ALL_CALLS: dict[str, FunctionCall] = {}
 class FunctionCall:
     """Handle of a spawned call; ``get`` waits for its result."""
 
-    def __init__(self, call_id, proc, log, cdir, mapping, timeout, preempt_after):
+    def __init__(self, call_id, launch, cdir, mapping, timeout, preempt_after):
         self._id = call_id
-        self._proc: subprocess.Popen = proc
-        self._log = log
+        self._launch = launch
+        self._proc, self._log = launch(False)
         self._cdir: Path = cdir
+        self.restarts = 0
+        self._get_errors = int(os.environ.get("FAKE_MODAL_GET_ERRORS", "0") or 0)
+        self._expired = os.environ.get("FAKE_MODAL_OUTPUT_EXPIRED") == "1"
         self._unmap = [(view, mount) for mount, view in mapping]
         self._timeout = timeout
         self._lock = threading.Lock()
@@ -463,6 +579,13 @@ class FunctionCall:
             self._timers.append(
                 threading.Timer(preempt_after, self._kill, ("preempted",))
             )
+            when = os.environ.get("FAKE_MODAL_PREEMPT_WHEN", "")
+            if when:
+                threading.Thread(
+                    target=self._preempt_when,
+                    args=(when.split(os.pathsep),),
+                    daemon=True,
+                ).start()
         for t in self._timers:
             t.daemon = True
             t.start()
@@ -487,21 +610,46 @@ class FunctionCall:
             ) from None
 
     def _watch(self) -> None:
-        pid = self._proc.pid
-        # exited, but not reaped: pgid still ours
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        with self._lock:
-            self._exited = True
-        try:
-            # container teardown: leftover processes of the group
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        self._proc.wait()
+        while True:
+            pid = self._proc.pid
+            # exited, but not reaped: pgid still ours
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            with self._lock:
+                self._exited = True
+                preempted = self._reason == "preempted"
+            try:
+                # container teardown: leftover processes of the group
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self._proc.wait()
+            self._log.close()
+            if not preempted:
+                break
+            # Modal reschedules a preempted input: the same call, the same input,
+            # in a new container (it does not count against the function's retries)
+            with self._lock:
+                if self._reason != "preempted":  # cancelled meanwhile
+                    break
+                (self._cdir / "result.json").unlink(missing_ok=True)
+                self._proc, self._log = self._launch(True)
+                self._exited, self._reason = False, None
+                self.restarts += 1
+                with locked("calls"), open(fake_root() / "restarts.jsonl", "a") as fh:
+                    fh.write(json.dumps({"call_id": self._id}) + "\n")
         for t in self._timers:
             t.cancel()
-        self._log.close()
         self._done.set()
+
+    def _preempt_when(self, patterns: list[str]) -> None:
+        """Preempt as soon as every glob pattern matches a file (fault injection)."""
+        import glob
+
+        while not self._done.is_set() and self._reason is None:
+            if all(glob.glob(p) for p in patterns):
+                self._kill("preempted")
+                return
+            time.sleep(0.1)
 
     def _kill(self, reason: str) -> None:
         with self._lock:
@@ -522,12 +670,17 @@ class FunctionCall:
 
         Raises if the call failed.
         """
+        if self._get_errors > 0:  # fault injection: the client's connection drops
+            self._get_errors -= 1
+            raise ConnectionError("Deadline exceeded (fake transport error)")
         if not self._done.wait(timeout):
             # real Modal 1.x raises Python's TimeoutError here (modal._functions),
             # not modal.exception.TimeoutError
             raise TimeoutError(
                 f"function call {self._id} still running after {timeout}s"
             )
+        if self._expired:
+            raise OutputExpiredError()
         result_path = self._cdir / "result.json"
         result = json.loads(result_path.read_text()) if result_path.exists() else None
         if result is not None and (self._proc.returncode == 0 or self._reason is None):

@@ -36,11 +36,35 @@ class FunctionTimeoutError(TimeoutError):
     """The remote function ran longer than its ``timeout``; its container was killed."""
 
 
+class OutputExpiredError(TimeoutError):
+    """The call's result is no longer kept by Modal (``FunctionCall.get`` too late)."""
+
+
+class ConnectionError(Error):  # noqa: A001 - Modal's name
+    """The client lost its connection to Modal's servers (a transport error)."""
+
+
+class InternalError(Error):
+    """Modal's servers failed (retryable)."""
+
+
+class ServiceError(Error):
+    """A Modal service is unavailable (retryable)."""
+
+
 class ExecutionError(Error):
     """The call failed for a reason other than the function raising.
 
     (Killed, preempted, cancelled.)
     """
+
+
+class ImageBuildError(RemoteError):
+    """An image build failed; ``image_id`` names the image (as in Modal 1.6)."""
+
+    def __init__(self, message: str, image_id: str):
+        super().__init__(message)
+        self.image_id = image_id
 
 
 class _PathNotFoundError(NotFoundError, FileNotFoundError):
