@@ -494,7 +494,7 @@ class Executor(RemoteExecutor):
             )
         else:
             logs = [relative_to_workdir(f, self.workdir) for f in job_info.job.log]
-            self.stager.download([*logs, spec["log"]], missing_ok=True, fresh=True)
+            self.stager.download([*logs, spec["log"]], missing_ok=True)
 
     def cancel_jobs(self, active_jobs):
         # Every running call, not only `active_jobs`: Snakemake's list leaves out the

@@ -191,9 +191,7 @@ class VolumeStager:
                     batch.put_file(str(record), "/" + self.remote_path(MANIFEST))
             return [frel for _, frel, _ in todo]
 
-    def download(
-        self, paths: Iterable[str], missing_ok: bool = False, fresh: bool = False
-    ) -> list[str]:
+    def download(self, paths: Iterable[str], missing_ok: bool = False) -> list[str]:
         """
         Fetch files (or whole folders) from the volume into the working directory:
         one listing of the prefix, then the files in parallel.
@@ -208,8 +206,6 @@ class VolumeStager:
             Paths relative to the working directory.
         missing_ok : bool
             Skip paths absent from the volume instead of raising.
-        fresh : bool
-            Unused (every call lists the volume); kept for callers' clarity.
 
         Returns
         -------
