@@ -122,6 +122,9 @@ class Scenario:
         One-line problems that must stop a real run before any job, but not a dry run,
         which shows its plan with these as warnings (e.g. torchvision weights missing
         from its cache).
+    engine, precision : str
+        The per-image engine (``upstream`` or ``fast``) and the fast engine's precision
+        (``fp32``, or ``tf32`` on a GPU); not rule params (like `device`).
     """
 
     configurations: tuple[Configuration, ...]
@@ -140,6 +143,8 @@ class Scenario:
     device_asked: str = "cpu"
     warm_workers: bool = True
     blockers: tuple[str, ...] = ()
+    engine: str = "fast"
+    precision: str = "fp32"
 
     @property
     def uses_gpu(self) -> bool:
@@ -468,6 +473,26 @@ def validated_scenario(
     return load_scenario(config, workflow_dir, remote)
 
 
+def _engine(config: dict, device: str, remote: bool) -> tuple[str, str]:
+    """
+    The config's ``engine`` and ``precision`` (defaults fast and fp32), checked against
+    each other and the device: tf32 needs a CUDA device, upstream runs in fp32 only.
+    """
+    engine = str(config.get("engine", "fast"))
+    precision = str(config.get("precision", "fp32"))
+    if precision == "tf32" and not device.startswith("cuda") and not remote:
+        raise ConfigError(
+            f"config key 'precision' = 'tf32' needs a CUDA device (device resolves to "
+            f"{device!r}); allowed on the CPU: fp32"
+        )
+    if engine == "upstream" and precision != "fp32":
+        raise ConfigError(
+            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
+            "only; allowed: fp32 (or engine: fast)"
+        )
+    return engine, precision
+
+
 def load_scenario(
     config: dict, workflow_dir: str | Path, remote: bool = False
 ) -> Scenario:
@@ -521,13 +546,15 @@ def load_scenario(
     estimator["seed"] = seed
     estimator["top_k"] = top_k
     estimator.setdefault("fisher_baseline", {"enabled": True})["top_k"] = top_k
+    device = resolve_device(str(config["device"]))
+    engine, precision = _engine(config, device, remote)
     return Scenario(
         configurations=configurations,
         n_images=n_images,
         runs_dir=runs_dir,
         seed=seed,
         top_k=top_k,
-        device=resolve_device(str(config["device"])),
+        device=device,
         device_asked=str(config["device"]),
         warm_workers=config["workers"] == "warm",
         estimator=estimator,
@@ -538,4 +565,6 @@ def load_scenario(
         test_image_files=files,
         modal=dict(config["modal"]),
         blockers=_blockers(configurations),
+        engine=engine,
+        precision=precision,
     )
