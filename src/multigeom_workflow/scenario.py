@@ -480,15 +480,15 @@ def _engine(config: dict, device: str, remote: bool) -> tuple[str, str]:
     """
     engine = str(config.get("engine", "fast"))
     precision = str(config.get("precision", "fp32"))
-    if precision == "tf32" and not device.startswith("cuda") and not remote:
-        raise ConfigError(
-            f"config key 'precision' = 'tf32' needs a CUDA device (device resolves to "
-            f"{device!r}); allowed on the CPU: fp32"
-        )
     if engine == "upstream" and precision != "fp32":
         raise ConfigError(
             f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
             "only; allowed: fp32 (or engine: fast)"
+        )
+    if precision == "tf32" and not device.startswith("cuda") and not remote:
+        raise ConfigError(
+            f"config key 'precision' = 'tf32' needs a CUDA device (device resolves to "
+            f"{device!r}); allowed on the CPU: fp32"
         )
     return engine, precision
 
