@@ -17,7 +17,11 @@ import yaml
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, planned_jobs, run_snakemake
 
 from multigeom_workflow.alignment import align_configs
-from multigeom_workflow.engine import estimate_image_fast, rows_per_call
+from multigeom_workflow.engine import (
+    estimate_image_fast,
+    rows_per_call,
+    top_eigenpairs,
+)
 from multigeom_workflow.estimate import estimate_to_file, load_models
 from multigeom_workflow.scenario import ConfigError, to_namespace, validated_scenario
 from multigeom_workflow.test_images import load_test_image
@@ -28,7 +32,7 @@ DEMO = yaml.safe_load((REPO / "config/estimator_demo.yaml").read_text())
 # The paper's grid (24 timesteps, 40..960) with fewer samples, several batches each.
 PAPER_LIKE = yaml.safe_load((REPO / "tests/data/estimator_tiny.yaml").read_text())
 PAPER_LIKE["monte_carlo"].update(
-    n_samples=8, batch_size=4, timestep_grid={"start": 40, "stop": 960, "step": 40}
+    n_samples=4, batch_size=2, timestep_grid={"start": 40, "stop": 960, "step": 40}
 )
 N_IMAGES = 2
 
@@ -82,7 +86,8 @@ def test_fast_agrees_with_upstream(tiny_run, estimator, top_k, configuration):
     x = load_test_image(photo(tiny_run, 1)).unsqueeze(0)
     args = (x, m.encoder, m.unet, m.alphas_cumprod, cfg)
     g_up, j_up = estimate_image(*args, seed=43, device=m.device)
-    g_fast, j_fast = estimate_image_fast(*args, seed=43, device=m.device)
+    # The eigen-step of a GPU (float64 Gram matrix), that of the CPU being upstream's.
+    g_fast, j_fast = estimate_image_fast(*args, seed=43, device=m.device, eigen="gram")
     assert g_fast.eigenvalues.shape == (top_k,)
     assert_agree(
         g_fast.eigenvalues, g_fast.eigenvectors, g_up.eigenvalues, g_up.eigenvectors
@@ -93,6 +98,22 @@ def test_fast_agrees_with_upstream(tiny_run, estimator, top_k, configuration):
     # Another seed draws other numbers: the agreement is not that of any two runs.
     g_other, _ = estimate_image_fast(*args, seed=44, device=m.device)
     assert alignment(g_other.eigenvectors, g_up.eigenvectors, 1) < 0.999
+
+
+@pytest.mark.parametrize("shape", [(600, 256), (100, 256)], ids=["DtD", "DDt"])
+def test_gram_eigenpairs_are_those_of_the_svd(shape):
+    g = torch.Generator().manual_seed(0)
+    D = torch.randn(*shape, generator=g) * torch.logspace(0, -2, shape[1])
+    values, vectors = top_eigenpairs(D, 50, "gram")
+    expected, expected_vectors = top_eigenpairs(D, 50, "svd")
+    assert values.shape == (50,) and vectors.shape == (50, 256)
+    assert_agree(values, vectors, expected, expected_vectors)
+    # Every row is an eigenvector of D^T D with its eigenvalue.
+    G = D.double().T @ D.double()
+    residual = G @ vectors.double().T - vectors.double().T * values.double()
+    assert float(residual.norm(dim=0).max()) <= 1e-5 * float(values[0])
+    with pytest.raises(ValueError, match="eigen method 'qr'"):
+        top_eigenpairs(D, 5, "qr")
 
 
 def test_upstream_files_give_the_same_stage5_metrics(tiny_run, tmp_path):

@@ -17,10 +17,10 @@ It is the same estimator, not an approximation of it:
 What differs is how the work is batched: the Monte-Carlo batches of several timesteps go
 through the UNet together (up to `rows_per_call` rows; the two conditional passes fused
 into one call of twice as many rows), D stays on the device, its top-k eigenpairs come
-from the eigendecomposition of the smaller Gram matrix (DDᵀ or DᵀD) accumulated in
-float64 instead of a float32 SVD of D on the CPU, and the Jacobian J_f is computed by
-batched vector-Jacobian products (one vmapped backward pass) instead of one backward
-pass per neuron.
+(on a GPU) from the eigendecomposition of the smaller Gram matrix (DDᵀ or DᵀD)
+accumulated in float64 instead of a float32 SVD of D on the CPU, and the Jacobian J_f
+is computed by batched vector-Jacobian products (one vmapped backward pass) instead of
+one backward pass per neuron.
 
 References
 ----------
@@ -39,6 +39,7 @@ import torch
 
 __all__ = [
     "CONFIG_PRECISIONS",
+    "EIGEN_METHODS",
     "ENGINES",
     "PRECISIONS",
     "check_precision",
@@ -219,13 +220,23 @@ def rows_per_call(
     return max(1, min(rows, total_rows))
 
 
-def top_eigenpairs(D: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+#: How the fast engine takes the top-k eigenpairs of DᵀD: ``gram`` (the float64 Gram
+#: matrix's eigendecomposition), ``svd`` (upstream's float32 thin SVD of D) or ``auto``
+#: (gram on a GPU; svd on the CPU, where the Gram route was not faster: README).
+EIGEN_METHODS = ("auto", "gram", "svd")
+
+
+def top_eigenpairs(
+    D: torch.Tensor, k: int, method: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """
-    The k largest eigenpairs of DᵀD, on D's device: the eigendecomposition
-    (`torch.linalg.eigh`) of the smaller Gram matrix, accumulated in float64: DᵀD
-    (P x P) when D has at least as many rows as columns, else DDᵀ (R x R), whose
-    eigenvectors u give those of DᵀD as Dᵀu (normalised). Same result as upstream's
-    thin SVD of D (eigenvalues S², rows of Vᵀ), up to signs and rounding.
+    The k largest eigenpairs of DᵀD, on D's device.
+
+    ``gram``: the eigendecomposition (`torch.linalg.eigh`) of the smaller Gram matrix,
+    accumulated in float64: DᵀD (P x P) when D has at least as many rows as columns,
+    else DDᵀ (R x R), whose eigenvectors u give those of DᵀD as Dᵀu (normalised).
+    ``svd``: upstream's thin SVD of D (eigenvalues S², rows of Vᵀ). ``auto``: gram on a
+    CUDA device, svd elsewhere. Both give upstream's result up to signs and rounding.
 
     Parameters
     ----------
@@ -233,6 +244,8 @@ def top_eigenpairs(D: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
         Of shape (R, P).
     k : int
         Eigenpairs wanted; min(k, R, P) are returned, as upstream's SVD does.
+    method : str
+        One of `EIGEN_METHODS`.
 
     Returns
     -------
@@ -240,9 +253,23 @@ def top_eigenpairs(D: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
         Of shape (k,), float32, descending, >= 0.
     eigenvectors : torch.Tensor
         Of shape (k, P), float32, unit rows.
+
+    Raises
+    ------
+    ValueError
+        If `method` is unknown.
     """
+    if method not in EIGEN_METHODS:
+        raise ValueError(
+            f"eigen method {method!r}: allowed: {', '.join(EIGEN_METHODS)}"
+        )
+    if method == "auto":
+        method = "gram" if D.device.type == "cuda" else "svd"
     R, P = D.shape
     k = min(int(k), R, P)
+    if method == "svd":
+        _, S, Vh = torch.linalg.svd(D, full_matrices=False)
+        return (S**2)[:k].clone(), Vh[:k].clone()
     D64 = D.double()
     if R >= P:
         values, vectors = torch.linalg.eigh(D64.T @ D64)
@@ -268,6 +295,7 @@ def conditional_pair_fast(
     *,
     precision: str = "fp32",
     max_rows: int | None = None,
+    eigen: str = "auto",
 ):
     """
     The top-k eigenpairs of G(x) by Algorithm 1, as upstream's
@@ -291,6 +319,8 @@ def conditional_pair_fast(
         One of `PRECISIONS`.
     max_rows : int, optional
         Rows of D per UNet call; default `rows_per_call`.
+    eigen : str
+        How the eigenpairs are taken (`top_eigenpairs`).
 
     Returns
     -------
@@ -356,7 +386,7 @@ def conditional_pair_fast(
             eps = unet(torch.cat([x_t, x_t]), torch.cat([t, t]), r).float()
         D[a:b] = scale[a:b] * (eps[:m] - eps[m:]).reshape(m, P)
 
-    values, vectors = top_eigenpairs(D, int(cfg.top_k))
+    values, vectors = top_eigenpairs(D, int(cfg.top_k), eigen)
     return EstimatorOutput(eigenvalues=values, eigenvectors=vectors)
 
 
@@ -436,6 +466,7 @@ def estimate_image_fast(
     device: torch.device,
     precision: str = "fp32",
     max_rows: int | None = None,
+    eigen: str = "auto",
 ):
     """
     G(x) and J(x) of one image, as upstream's `multigeom.pipeline.per_image.
@@ -457,6 +488,7 @@ def estimate_image_fast(
         make_generator(int(seed), device),
         precision=precision,
         max_rows=max_rows,
+        eigen=eigen,
     )
     j_out = None
     if cfg.fisher_baseline.enabled:
