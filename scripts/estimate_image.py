@@ -33,6 +33,8 @@ with job_log(snakemake.log[0]):
         "area": wildcards.area,
         "settings_files": files,
         "seed": int(config["seed"]),
+        "engine": config.get("engine", "fast"),
+        "precision": config.get("precision", "fp32"),
     }
     with slot_held as slot:
         print(f"holding {slot.kind} {slot.slot_id} ({slot.device})", flush=True)

@@ -9,10 +9,11 @@ Model (that of the old notebook helper, `multigeom.pipeline.distribute.estimate_
     cost (USD)     = device-seconds x price per GPU-second (Modal)
 
 Seconds per image are measured where possible: the median ``elapsed_seconds`` (time
-inside upstream's estimator) of the run's existing per-image files computed on the same
-kind of device (and GPU model), which the workflow records in their provenance. Else
-defaults, which are for the paper's estimator settings and are scaled by the
-Monte-Carlo work (timesteps x samples) of the configured estimator.
+inside the estimator) of the run's existing per-image files computed by the same engine
+on the same kind of device (and GPU model), which the workflow records in their
+provenance. Else the engine's defaults (`ENGINE_SECONDS_PER_IMAGE`), which are for the
+paper's estimator settings and are scaled by the Monte-Carlo work (timesteps x samples)
+of the configured estimator.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .scenario import timestep_grid
 __all__ = [
     "DEFAULT_SECONDS_PER_IMAGE",
     "DEFAULT_STARTUP_S",
+    "ENGINE_SECONDS_PER_IMAGE",
     "MODAL_PRICES_USD_PER_S",
     "PAPER_MC_WORK",
     "CostEstimate",
@@ -49,6 +51,14 @@ MODAL_PRICES_USD_PER_S = dict(PRICES_USD_PER_S)
 #: Seconds per image with the paper's estimator settings: an RTX 5090-class local GPU
 #: (upstream's figure), an A100 on Modal (the paper's), a 32-core CPU (upstream's).
 DEFAULT_SECONDS_PER_IMAGE = {"gpu": 15.0, "modal": 30.0, "cpu": 885.0}
+#: Seconds per image with the paper's settings, per engine. The fast engine has not been
+#: timed on a GPU yet (benchmarks/engine_speed.py --device cuda does it): until then
+#: its GPU figures are upstream's, an upper bound. On the CPU the UNet passes (batches
+#: as upstream's) dominate and the two engines cost the same (README, engine speed).
+ENGINE_SECONDS_PER_IMAGE = {
+    "upstream": DEFAULT_SECONDS_PER_IMAGE,
+    "fast": dict(DEFAULT_SECONDS_PER_IMAGE),
+}
 #: Start-up of a worker (imports, model loading), upstream's figure.
 DEFAULT_STARTUP_S = 15.0
 #: The paper's Monte-Carlo work per image: 24 timesteps x 200 samples.
@@ -158,13 +168,14 @@ def monte_carlo_work(estimator: dict) -> int:
 
 
 def read_timings(
-    files: list[str | Path], limit: int = 32
+    files: list[str | Path], limit: int = 32, engine: str | None = None
 ) -> list[tuple[str, str, float]]:
     """
     (device, device name, ``elapsed_seconds``) of the newest `limit` existing per-image
     files that record their device (``provenance["device"]`` and
-    ``provenance["device_name"]``, written by the workflow). torch is imported only when
-    there is a file to read.
+    ``provenance["device_name"]``, written by the workflow), and, when `engine` is
+    given, were computed by that engine (``provenance["engine"]``; files without it
+    were computed by upstream's). torch is imported only when there is a file to read.
     """
     existing = [Path(f) for f in files if Path(f).exists()]
     if not existing:
@@ -179,6 +190,8 @@ def read_timings(
         except Exception:  # a file of another format: not a measurement
             continue
         prov = d.get("provenance") or {}
+        if engine is not None and prov.get("engine", "upstream") != engine:
+            continue
         if prov.get("device"):
             name = str(prov.get("device_name", ""))
             timings.append((str(prov["device"]), name, float(d["elapsed_seconds"])))

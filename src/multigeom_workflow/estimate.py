@@ -1,23 +1,27 @@
 """
-The per-image estimation of G(x) and J(x), through upstream's own code.
+The per-image estimation of G(x) and J(x), by one of two engines.
 
 `load_models` loads a configuration's encoder and diffusion model the way upstream's
-`multigeom.pipeline.per_image.main` does; `estimate_to_file` hands one image to
-upstream's `multigeom.pipeline.per_image.estimate_images`, which computes G(x)
+`multigeom.pipeline.per_image.main` does; `estimate_to_file` computes one image's G(x)
 (Algorithm 1, seeded with ``seed + i``) and J(x) and writes the per-image file with
-upstream's keys. It writes into a temporary folder beside the target, and the file is
-renamed into place only when complete.
+upstream's keys: with engine ``upstream`` by handing the image to upstream's
+`multigeom.pipeline.per_image.estimate_images`, with engine ``fast`` by
+`multigeom_workflow.engine` (same estimator and draws, large batches). It writes into a
+temporary folder beside the target, and the file is renamed into place only when
+complete; the provenance records the engine and the precision.
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .engine import ENGINES, check_precision, cpu_threads, estimate_image_fast
 from .files import write_error_line
 from .scenario import to_namespace
 from .test_images import load_test_image
@@ -105,6 +109,8 @@ def estimate_to_file(
     encoder_name: str,
     area: str,
     provenance_record: dict | None = None,
+    engine: str = "upstream",
+    precision: str = "fp32",
 ) -> Path:
     """
     Estimate G(x) and J(x) of test image `index` and write upstream's per-image file.
@@ -121,6 +127,15 @@ def estimate_to_file(
         The per-image file, ``.../img{index:04d}.pt``.
     estimator : dict
         Upstream's estimator settings (``multigeom/configs/estimator.yaml`` layout).
+    encoder_name, area : str
+        Written into the file.
+    provenance_record : dict, optional
+        The file's provenance, to which ``engine`` and ``precision`` are added.
+    engine : str
+        ``upstream`` or ``fast`` (`multigeom_workflow.engine`).
+    precision : str
+        The fast engine's precision (`multigeom_workflow.engine.PRECISIONS`); upstream
+        takes only ``fp32``.
 
     Returns
     -------
@@ -128,16 +143,46 @@ def estimate_to_file(
         `out`, holding upstream's keys (img_idx, image, encoder_name, area,
         G_eigenvalues [k], G_eigenvectors [k, 4096], J_eigenvalues, J_eigenvectors,
         estimator, sigma, elapsed_seconds, diffusion_epoch, provenance).
+
+    Raises
+    ------
+    ValueError
+        If `engine` or `precision` is not allowed (on this device, for this engine).
     """
     from multigeom.pipeline.per_image import estimate_images
 
+    if engine not in ENGINES:
+        raise ValueError(
+            f"config key 'engine' = {engine!r}: allowed: {', '.join(ENGINES)}"
+        )
+    check_precision(precision, models.device)
+    if engine == "upstream" and precision != "fp32":
+        raise ValueError(
+            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
+            "only; allowed: fp32 (or engine: fast)"
+        )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     image = load_test_image(image_file)
+    record = {**(provenance_record or {}), "engine": engine, "precision": precision}
     with (
         tempfile.TemporaryDirectory(prefix=f".{out.stem}.", dir=out.parent) as tmp,
         _write_errors_named(out),
     ):
+        if engine == "fast":
+            written = _estimate_fast(
+                models,
+                image,
+                index,
+                Path(tmp),
+                to_namespace(estimator),
+                encoder_name=encoder_name,
+                area=area,
+                provenance_record=record,
+                precision=precision,
+            )
+            Path(written).replace(out)
+            return out
         (written,) = estimate_images(
             models.encoder,
             models.unet,
@@ -150,7 +195,7 @@ def estimate_to_file(
             area=area,
             device=models.device,
             diffusion_epoch=models.diffusion_epoch,
-            provenance_record=provenance_record,
+            provenance_record=record,
             desc=f"{encoder_name}/{area} img{index:04d}",
         )
         Path(written).replace(out)
@@ -169,6 +214,58 @@ def _write_errors_named(out: Path):
         raise OSError(line) from err
 
 
+def _estimate_fast(
+    models: Models,
+    image: torch.Tensor,
+    index: int,
+    out_dir: Path,
+    cfg,
+    *,
+    encoder_name: str,
+    area: str,
+    provenance_record: dict,
+    precision: str,
+) -> Path:
+    """
+    The fast engine's `estimate_images` for one image: the same file (keys, dtypes,
+    shapes, ``elapsed_seconds`` the time of G(x) and J(x)) in `out_dir`.
+    """
+    x = image.unsqueeze(0)  # [1, 1, 64, 64] in [-1, 1]
+    t0 = time.time()
+    g_out, j_out = estimate_image_fast(
+        x,
+        models.encoder,
+        models.unet,
+        models.alphas_cumprod,
+        cfg,
+        seed=int(cfg.seed) + index,
+        device=models.device,
+        precision=precision,
+    )
+    g_values, g_vectors = g_out.eigenvalues.cpu(), g_out.eigenvectors.cpu()
+    elapsed = time.time() - t0
+    path = out_dir / f"img{index:04d}.pt"
+    torch.save(
+        {
+            "img_idx": index,
+            "image": x.cpu(),
+            "encoder_name": encoder_name,
+            "area": area,
+            "G_eigenvalues": g_values,
+            "G_eigenvectors": g_vectors,
+            "J_eigenvalues": j_out.eigenvalues.cpu() if j_out is not None else None,
+            "J_eigenvectors": j_out.eigenvectors.cpu() if j_out is not None else None,
+            "estimator": "conditional_pair",
+            "sigma": float(cfg.monte_carlo.observation_noise_sigma),
+            "elapsed_seconds": elapsed,
+            "diffusion_epoch": models.diffusion_epoch,
+            "provenance": provenance_record,
+        },
+        path,
+    )
+    return path
+
+
 def estimate_request(models: Models, request: dict) -> Path:
     """
     `estimate_to_file` for one request of a per-image job, the same whether a warm
@@ -178,9 +275,11 @@ def estimate_request(models: Models, request: dict) -> Path:
     ----------
     models : Models
     request : dict
-        ``image``, ``index``, ``out``, ``estimator``, ``encoder_name``, ``area``; and
+        ``image``, ``index``, ``out``, ``estimator``, ``encoder_name``, ``area``;
         ``settings_files`` (name -> path), ``seed`` for upstream's provenance record,
-        to which `device_provenance` is added.
+        to which `device_provenance` is added; ``engine`` (default ``upstream``) and
+        ``precision`` (default ``fp32``). On a GPU, torch's CPU-side work gets this
+        process's share of the cores (`multigeom_workflow.engine.cpu_threads`).
 
     Returns
     -------
@@ -190,13 +289,16 @@ def estimate_request(models: Models, request: dict) -> Path:
     from multigeom.utils import provenance
 
     record = provenance(request["settings_files"], seed=request["seed"])
-    return estimate_to_file(
-        models,
-        request["image"],
-        request["index"],
-        request["out"],
-        request["estimator"],
-        encoder_name=request["encoder_name"],
-        area=request["area"],
-        provenance_record=record | device_provenance(models.device),
-    )
+    with cpu_threads(models.device):
+        return estimate_to_file(
+            models,
+            request["image"],
+            request["index"],
+            request["out"],
+            request["estimator"],
+            encoder_name=request["encoder_name"],
+            area=request["area"],
+            provenance_record=record | device_provenance(models.device),
+            engine=request.get("engine", "upstream"),
+            precision=request.get("precision", "fp32"),
+        )

@@ -15,8 +15,8 @@ import math
 import os
 
 from .cost import (
-    DEFAULT_SECONDS_PER_IMAGE,
     DEFAULT_STARTUP_S,
+    ENGINE_SECONDS_PER_IMAGE,
     MODAL_PRICES_USD_PER_S,
     PAPER_MC_WORK,
     CostEstimate,
@@ -84,12 +84,15 @@ def _seconds_per_image(
     if measured:
         median, n = measured
         on = f"{device_kind} ({gpu})" if gpu else device_kind
-        return median, f"median of {n} per-image files computed on {on}"
+        return median, (
+            f"median of {n} per-image files computed by engine {scenario.engine} "
+            f"on {on}"
+        )
     scale = monte_carlo_work(scenario.estimator) / PAPER_MC_WORK
-    seconds = DEFAULT_SECONDS_PER_IMAGE[kind] * scale
+    default = ENGINE_SECONDS_PER_IMAGE[scenario.engine][kind]
     where = {"gpu": "an RTX 5090-class GPU", "modal": "an A100", "cpu": "a 32-core CPU"}
-    return seconds, (
-        f"default {DEFAULT_SECONDS_PER_IMAGE[kind]:g} s on {where[kind]} for the "
+    return default * scale, (
+        f"engine {scenario.engine}'s default {default:g} s on {where[kind]} for the "
         f"paper's settings x {scale:.3g} for this estimator's Monte-Carlo work"
     )
 
@@ -113,7 +116,9 @@ def run_estimates(
     """
     left = sum(total - n for n, total in done.values())
     workers, why = local_workers(scenario, cores, resources)
-    timings = read_timings(scenario.per_image_files()) if left else []
+    timings = (
+        read_timings(scenario.per_image_files(), engine=scenario.engine) if left else []
+    )
     kind = "gpu" if scenario.uses_gpu else "cpu"
     spi, source = (
         _seconds_per_image(scenario, timings, kind) if left else (0.0, "nothing left")

@@ -126,6 +126,9 @@ class Scenario:
     notes : tuple of str
         One-line notices of values repaired at parse time (e.g. `test_images.path`
         given as the ``tiny-imagenet-200`` folder itself), printed once per run.
+    engine, precision : str
+        The per-image engine (``upstream`` or ``fast``) and the fast engine's precision
+        (``fp32``, or ``tf32`` on a GPU); not rule params (like `device`).
     """
 
     configurations: tuple[Configuration, ...]
@@ -145,6 +148,8 @@ class Scenario:
     warm_workers: bool = True
     blockers: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    engine: str = "fast"
+    precision: str = "fp32"
 
     @property
     def uses_gpu(self) -> bool:
@@ -625,6 +630,26 @@ def validated_scenario(
     return load_scenario(config, workflow_dir, remote)
 
 
+def _engine(config: dict, device: str, remote: bool) -> tuple[str, str]:
+    """
+    The config's ``engine`` and ``precision`` (defaults fast and fp32), checked against
+    each other and the device: tf32 needs a CUDA device, upstream runs in fp32 only.
+    """
+    engine = str(config.get("engine", "fast"))
+    precision = str(config.get("precision", "fp32"))
+    if engine == "upstream" and precision != "fp32":
+        raise ConfigError(
+            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
+            "only; allowed: fp32 (or engine: fast)"
+        )
+    if precision == "tf32" and not device.startswith("cuda") and not remote:
+        raise ConfigError(
+            f"config key 'precision' = 'tf32' needs a CUDA device (device resolves to "
+            f"{device!r}); allowed on the CPU: fp32"
+        )
+    return engine, precision
+
+
 def load_scenario(
     config: dict, workflow_dir: str | Path, remote: bool = False
 ) -> Scenario:
@@ -688,13 +713,15 @@ def load_scenario(
     estimator["seed"] = seed
     estimator["top_k"] = top_k
     estimator.setdefault("fisher_baseline", {"enabled": True})["top_k"] = top_k
+    device = resolve_device(str(config["device"]))
+    engine, precision = _engine(config, device, remote)
     return Scenario(
         configurations=configurations,
         n_images=n_images,
         runs_dir=runs_dir,
         seed=seed,
         top_k=top_k,
-        device=resolve_device(str(config["device"])),
+        device=device,
         device_asked=str(config["device"]),
         warm_workers=config["workers"] == "warm",
         estimator=estimator,
@@ -706,4 +733,6 @@ def load_scenario(
         modal=dict(config["modal"]),
         blockers=_blockers(configurations),
         notes=notes,
+        engine=engine,
+        precision=precision,
     )
