@@ -8,7 +8,13 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 try:
-    from multigeom_workflow.scenario import ConfigError, validated_scenario
+    from multigeom_workflow.gpus import visible_gpu_ids
+    from multigeom_workflow.request import RunSettings
+    from multigeom_workflow.scenario import (
+        ConfigError,
+        resolve_settings_file,
+        validated_scenario,
+    )
     from multigeom_workflow.plan import pending_images
     from multigeom_workflow.shards import SHARD_GROUP, num_shards, shard_groups
 except ImportError as err:
@@ -31,11 +37,24 @@ if workflow.output_settings.dryrun:
         print(f"warning: {_problem}", file=sys.stderr)
 if SCENARIO.gpu_fallback:
     print(SCENARIO.gpu_fallback, file=sys.stderr)
-# For the per-image jobs this run starts (they inherit the environment): the process
-# their warm workers watch (they end with it), and how many share the CPU at once.
+# What every per-image job of this run shares, resolved once here and handed to them in
+# the environment (they inherit it): the run (the process its warm workers and CPU
+# shares belong to), device, GPU ids, CPU shares, settings files, seed, engine.
 os.environ.update(
-    MULTIGEOM_SNAKEMAKE_PID=str(os.getpid()),
-    MULTIGEOM_CPU_SLOTS=str(workflow.resource_settings.cores or 1),
+    RunSettings(
+        run_id=str(os.getpid()),
+        device=SCENARIO.device,
+        gpu_ids=visible_gpu_ids() if SCENARIO.uses_gpu else [],
+        cpu_slots=int(workflow.resource_settings.cores or 1),
+        warm=SCENARIO.warm_workers,
+        settings_files={
+            key: str(resolve_settings_file(str(config[key]), key, workflow.basedir))
+            for key in ("estimator", "diffusion")
+        },
+        seed=int(config["seed"]),
+        engine=str(config.get("engine", "upstream")),
+        precision=str(config.get("precision", "fp32")),
+    ).to_env()
 )
 RUNS = SCENARIO.runs_dir
 RESULTS = config["results_dir"].rstrip("/")

@@ -1,7 +1,24 @@
 # The per-image target: G(x) and J(x) of one test image of one (encoder, area)
 # configuration, computed and written by upstream's multigeom.pipeline.per_image.
 # The settings are params (a change of their content recomputes); the device is not
-# (the same image gives the same result wherever it runs).
+# (the same image gives the same result wherever it runs). The job is a light process
+# (multigeom_workflow.client, no torch) that holds a slot and hands its request to the
+# slot's warm worker; what all jobs share comes resolved in MULTIGEOM_RUN (common.smk).
+
+import shlex
+
+from multigeom_workflow.workers import clean_after_killed_runs
+
+# The per-image job's command, for any rule with the inputs, output, params, log and
+# threads of estimate_image (another estimator seed in params.estimator, say).
+ESTIMATE_IMAGE_SHELL = (
+    f"{shlex.quote(sys.executable)} -m multigeom_workflow.client"
+    " --image {input.image:q} --index {wildcards.index} --out {output:q}"
+    " --encoder {wildcards.encoder} --area {wildcards.area}"
+    " --encoder-ckpt {input.encoder:q} --diffusion-ckpt {input.diffusion:q}"
+    " --estimator {params.estimator:q} --diffusion {params.diffusion:q}"
+    " --threads {threads} > {log:q} 2>&1"
+)
 
 
 rule estimate_image:
@@ -21,5 +38,24 @@ rule estimate_image:
     threads: 1
     resources:
         gpu=ESTIMATE_GPUS,
-    script:
-        "../scripts/estimate_image.py"
+    shell:
+        ESTIMATE_IMAGE_SHELL
+
+
+def prepare_estimate_jobs():
+    """
+    At the start of a real run (onstart, rules/plan.smk), once Snakemake holds the
+    working directory: remove what killed runs left (ended runs' sockets and CPU
+    shares, temporary folders beside per-image files), and, on this machine's GPUs,
+    start no more per-image jobs than there are GPUs (the `gpu` resource, unless
+    --resources gpu=N gave it) instead of jobs waiting on each other's slot.
+    """
+    clean_after_killed_runs(
+        os.path.dirname(SCENARIO.per_image_file(c.encoder, c.area, 0))
+        for c in SCENARIO.configurations
+    )
+    given = dict(workflow.resource_settings.resources)
+    if workflow.local_exec and SCENARIO.uses_gpu and "gpu" not in given:
+        n_gpus = max(len(visible_gpu_ids()), 1)
+        workflow.scheduler.global_resources["gpu"] = n_gpus
+        workflow.scheduler.resources["gpu"] = n_gpus

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .request import EstimateRequest
 from .scenario import to_namespace
 from .test_images import load_test_image
 
@@ -152,18 +153,19 @@ def estimate_to_file(
     return out
 
 
-def estimate_request(models: Models, request: dict) -> Path:
+def estimate_request(models: Models, request: EstimateRequest) -> Path:
     """
     `estimate_to_file` for one request of a per-image job, the same whether a warm
-    worker or the job itself computes it.
+    worker, the job itself or a Modal container computes it.
 
     Parameters
     ----------
     models : Models
-    request : dict
-        ``image``, ``index``, ``out``, ``estimator``, ``encoder_name``, ``area``; and
-        ``settings_files`` (name -> path), ``seed`` for upstream's provenance record,
-        to which `device_provenance` is added.
+        The request's configuration, loaded (`load_models`).
+    request : EstimateRequest
+        The image, its index, the target, the estimator settings, and
+        ``settings_files``, ``seed`` for upstream's provenance record, to which
+        `device_provenance` is added.
 
     Returns
     -------
@@ -172,14 +174,14 @@ def estimate_request(models: Models, request: dict) -> Path:
     """
     from multigeom.utils import provenance
 
-    record = provenance(request["settings_files"], seed=request["seed"])
+    record = provenance(request.settings_files, seed=request.seed)
     return estimate_to_file(
         models,
-        request["image"],
-        request["index"],
-        request["out"],
-        request["estimator"],
-        encoder_name=request["encoder_name"],
-        area=request["area"],
+        request.image,
+        request.index,
+        request.out,
+        request.estimator,
+        encoder_name=request.encoder_name,
+        area=request.area,
         provenance_record=record | device_provenance(models.device),
     )
