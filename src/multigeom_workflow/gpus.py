@@ -130,8 +130,9 @@ def compute_lock(kind: str, slot_id: str, run_id: str | int):
     """
     Hold the compute lock of a slot for the duration of the block, waiting for it:
     ``<lock_dir>/gpu<id>.compute.lock`` for a GPU (machine-wide),
-    ``cpu<i>.compute.lock`` in the run's folder for a CPU share. Only its holder computes on the slot; the
-    operating system releases it when the holder ends, however it ends.
+    ``cpu<i>.compute.lock`` in the run's folder for a CPU share. Only its holder
+    computes on the slot; the operating system releases it when the holder ends,
+    however it ends.
     """
     folder = lock_dir() if kind == "gpu" else run_dir(run_id)
     with open(folder / f"{kind}{slot_id}.compute.lock", "a+") as handle:
