@@ -52,10 +52,9 @@ def run_case(
         }
         targets = simulated_targets(n_configs, per_config)[:n_images]
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
-        cmd += ["--directory", str(work), "--configfile", str(config)]
+        cmd += ["--directory", str(work), *targets, "--configfile", str(config)]
         cmd += ["--profile", str(REPO / "profiles" / "local-gpu")]
         cmd += ["--cores", str(4 * n_gpus), "--scheduler", scheduler, *extra]
-        cmd += targets
         t0 = time.perf_counter()
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0

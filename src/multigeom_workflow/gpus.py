@@ -117,8 +117,9 @@ def clean_ended_runs() -> list[Path]:
     ended, e.g. one killed with SIGKILL; returns them.
     """
     removed = []
-    for folder in lock_dir().glob("run-*"):
-        pid = folder.name.removeprefix("run-")
+    short = Path("/tmp").glob(f"mgw-{os.getuid()}-run-*")  # sockets of long lock paths
+    for folder in [*lock_dir().glob("run-*"), *short]:
+        pid = folder.name.rpartition("run-")[2]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)

@@ -7,7 +7,8 @@ It is selected by the environment variable ``MULTIGEOM_STANDIN_S`` (seconds per 
 that a test or benchmark sets, never by a configuration key. With
 ``MULTIGEOM_STANDIN_RECORD`` set to a file, every computation appends a JSON line
 ``{"what": "compute", "slot": ..., "pid": ..., "out": ..., "start": ..., "end": ...}``
-(``time.time()`` seconds; ``"end": null`` when it was stopped), and every per-image job
+(``time.time()`` seconds; ``"end": null`` when it starts), ``{"what": "stopped",
+"pid": ..., "end": ...}`` when a worker whose job went stops, and every per-image job
 ``{"what": "job", ...}``, so that a test can check that no two processes computed on
 one slot at once.
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from .gpus import _alive, clean_ended_runs, compute_lock, run_dir
 from .request import EstimateRequest
-from .standin import estimate_standin, standin_seconds
+from .standin import estimate_standin, record, standin_seconds
 
 __all__ = [
     "IDLE_S",
@@ -85,7 +85,9 @@ def worker_socket(spec: dict) -> Path:
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     path = run_dir(spec["run"]) / f"{spec['kind']}{spec['slot_id']}-{key}.sock"
     if len(str(path)) > 100:  # the limit of a Unix socket's path is about 107 bytes
-        path = Path("/tmp") / f"multigeom-workflow-{os.getuid()}-{key}.sock"
+        folder = Path("/tmp") / f"mgw-{os.getuid()}-run-{spec['run']}"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{key}.sock"
     return path
 
 
@@ -213,6 +215,7 @@ def _stop_when_client_goes(
         f"{request.area}) is gone (killed); nothing written",
         flush=True,
     )
+    record(what="stopped", out=request.out, end=time.time())
     os._exit(0)
 
 
