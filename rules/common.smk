@@ -66,9 +66,17 @@ ESTIMATE_GPUS = 1 if SCENARIO.uses_gpu else 0
 # so a profile's `group-components: [shard=N]` makes one submission of up to N images
 # of a shard (Snakemake keys --group-components by that name, as for groups written
 # with wildcards).
-SHARDS = shard_groups(
-    pending_images(SCENARIO),
-    num_shards(config["shards"], workflow.resource_settings.nodes),
+# Groups matter only where Snakemake submits them: remote executors, which require
+# --jobs (and the jobs they run remotely). Local runs ignore groups, and a dry run
+# plans faster without them.
+SHARDED = workflow.resource_settings.nodes is not None or not workflow.is_main_process
+SHARDS = (
+    shard_groups(
+        pending_images(SCENARIO),
+        num_shards(config["shards"], workflow.resource_settings.nodes),
+    )
+    if SHARDED
+    else {}
 )
 for _shard in set(SHARDS.values()):
     workflow.parent_groupids[_shard] = SHARD_GROUP

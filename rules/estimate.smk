@@ -9,15 +9,14 @@ import shlex
 
 from multigeom_workflow.workers import clean_after_killed_runs
 
-# The per-image job's command, for any rule with the inputs, output, params, log and
-# threads of estimate_image (another estimator seed in params.estimator, say).
+# The per-image job's command, for any rule with the wildcards, inputs (image, encoder,
+# diffusion), output, params (estimator, diffusion: in that order), log and threads of
+# estimate_image (another estimator seed in params.estimator, say). Few fields: Snakemake
+# formats it several times per job, in dry runs too.
 ESTIMATE_IMAGE_SHELL = (
-    f"{shlex.quote(sys.executable)} -m multigeom_workflow.client"
-    " --image {input.image:q} --index {wildcards.index} --out {output:q}"
-    " --encoder {wildcards.encoder} --area {wildcards.area}"
-    " --encoder-ckpt {input.encoder:q} --diffusion-ckpt {input.diffusion:q}"
-    " --estimator {params.estimator:q} --diffusion {params.diffusion:q}"
-    " --threads {threads} > {log:q} 2>&1"
+    f"{shlex.quote(sys.executable)} -m multigeom_workflow.client --wildcards {{wildcards}}"
+    " --input {input:q} --output {output:q} --params {params:q} --threads {threads}"
+    " > {log:q} 2>&1"
 )
 
 
@@ -34,7 +33,7 @@ rule estimate_image:
     benchmark:
         "benchmarks/estimate_image/{encoder}/{area}/img{index}.tsv"
     group:
-        get_shard
+        get_shard if SHARDED else None
     threads: 1
     resources:
         gpu=ESTIMATE_GPUS,
@@ -55,7 +54,9 @@ def prepare_estimate_jobs():
         for c in SCENARIO.configurations
     )
     given = dict(workflow.resource_settings.resources)
-    if workflow.local_exec and SCENARIO.uses_gpu and "gpu" not in given:
-        n_gpus = max(len(visible_gpu_ids()), 1)
+    scheduler = getattr(workflow, "scheduler", None)
+    if workflow.local_exec and SCENARIO.uses_gpu and "gpu" not in given and scheduler:
+        # device cuda:N: every job computes on GPU N
+        n_gpus = 1 if ":" in SCENARIO.device else max(len(visible_gpu_ids()), 1)
         workflow.scheduler.global_resources["gpu"] = n_gpus
         workflow.scheduler.resources["gpu"] = n_gpus

@@ -12,12 +12,10 @@ with job_log(snakemake.log[0]):
     s = snakemake
     main(
         [
-            *("--image", s.input.image, "--index", s.wildcards.index),
-            *("--out", s.output[0], "--encoder", s.wildcards.encoder),
-            *("--area", s.wildcards.area, "--encoder-ckpt", s.input.encoder),
-            *("--diffusion-ckpt", s.input.diffusion),
-            *("--estimator", repr(s.params.estimator)),
-            *("--diffusion", repr(s.params.diffusion)),
-            *("--threads", str(s.threads)),
+            "--wildcards",
+            ",".join(f"{k}={v}" for k, v in s.wildcards.items()),
+            *("--input", s.input.image, s.input.encoder, s.input.diffusion),
+            *("--output", s.output[0], "--threads", str(s.threads)),
+            *("--params", repr(s.params.estimator), repr(s.params.diffusion)),
         ]
     )

@@ -10,11 +10,15 @@ precision, provenance files) comes resolved from the Snakemake process in
 the job itself costs milliseconds. Output goes to the job's log (the rule redirects
 it).
 
-Usage (as the rule writes it)::
+Usage (as the rule writes it: its wildcards, its input image, encoder and diffusion
+checkpoints, its output, and its params estimator and diffusion, in that order)::
 
-    python -m multigeom_workflow.client --image IMG --index 5 --out OUT \\
-        --encoder onoff --area complex --encoder-ckpt E --diffusion-ckpt D \\
-        --estimator "{...}" --diffusion "{...}" --threads 1
+    python -m multigeom_workflow.client --wildcards area=V1,encoder=onoff,index=0005 \
+        --input IMG ENCODER_CKPT DIFFUSION_CKPT --output OUT \
+        --params "{...estimator...}" "{...diffusion...}" --threads 1
+
+A short command with few fields: Snakemake formats it several times per job, also in a
+dry run.
 """
 
 from __future__ import annotations
@@ -35,28 +39,37 @@ __all__ = ["main", "parse_args"]
 def parse_args(argv=None) -> tuple[EstimateRequest, int]:
     """
     The request and the thread count of a per-image job, from its command line and the
-    run's settings (``MULTIGEOM_RUN``). ``--estimator`` and ``--diffusion`` are the
-    rule's params as Python literals (Snakemake writes a dict so).
+    run's settings (``MULTIGEOM_RUN``). The params are Python literals (Snakemake
+    writes a dict so).
+
+    Raises
+    ------
+    SystemExit
+        If an argument is missing or malformed (argparse's message).
     """
     p = argparse.ArgumentParser(prog="python -m multigeom_workflow.client")
-    for name in ("image", "out", "encoder", "area", "encoder-ckpt", "diffusion-ckpt"):
-        p.add_argument(f"--{name}", required=True)
-    p.add_argument("--index", type=int, required=True)
-    p.add_argument("--estimator", type=ast.literal_eval, required=True)
-    p.add_argument("--diffusion", type=ast.literal_eval, required=True)
+    p.add_argument("--wildcards", required=True, help="area=..,encoder=..,index=..")
+    p.add_argument("--input", nargs=3, required=True, metavar=("IMAGE", "ENC", "DIFF"))
+    p.add_argument("--output", required=True)
+    p.add_argument("--params", nargs=2, required=True, type=ast.literal_eval)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
+    wildcards = dict(item.split("=", 1) for item in args.wildcards.split(","))
+    (image, encoder_ckpt, diffusion_ckpt), (estimator, diffusion) = (
+        args.input,
+        args.params,
+    )
     run = RunSettings.from_env()
     request = EstimateRequest(
-        image=os.path.abspath(args.image),
-        index=args.index,
-        out=os.path.abspath(args.out),
-        estimator=args.estimator,
-        encoder_name=args.encoder,
-        area=args.area,
-        encoder_ckpt=os.path.abspath(args.encoder_ckpt),
-        diffusion_ckpt=os.path.abspath(args.diffusion_ckpt),
-        diffusion=args.diffusion,
+        image=os.path.abspath(image),
+        index=int(wildcards["index"]),
+        out=os.path.abspath(args.output),
+        estimator=estimator,
+        encoder_name=wildcards["encoder"],
+        area=wildcards["area"],
+        encoder_ckpt=os.path.abspath(encoder_ckpt),
+        diffusion_ckpt=os.path.abspath(diffusion_ckpt),
+        diffusion=diffusion,
         settings_files=run.settings_files,
         seed=run.seed,
         engine=run.engine,
