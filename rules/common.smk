@@ -10,6 +10,7 @@ from snakemake.exceptions import WorkflowError
 try:
     from multigeom_workflow.gpus import visible_gpu_ids
     from multigeom_workflow.request import RunSettings
+    from multigeom_workflow.workers import clean_after_killed_runs
     from multigeom_workflow.scenario import (
         ConfigError,
         resolve_settings_file,
@@ -133,3 +134,24 @@ def get_shard(wildcards):
 def get_per_image_files(wildcards=None):
     """Every per-image file of the run: all configurations, first n_images images."""
     return SCENARIO.per_image_files()
+
+
+def prepare_estimate_jobs():
+    """
+    At the start of a real run (onstart, rules/plan.smk), once Snakemake holds the
+    working directory: remove what killed runs left (ended runs' sockets and CPU
+    shares, temporary folders beside per-image files), and, on this machine's GPUs,
+    start no more per-image jobs than there are GPUs (the `gpu` resource, unless
+    --resources gpu=N gave it) instead of jobs waiting on each other's slot.
+    """
+    clean_after_killed_runs(
+        os.path.dirname(SCENARIO.per_image_file(c.encoder, c.area, 0))
+        for c in SCENARIO.configurations
+    )
+    given = dict(workflow.resource_settings.resources)
+    scheduler = getattr(workflow, "scheduler", None)
+    if workflow.local_exec and SCENARIO.uses_gpu and "gpu" not in given and scheduler:
+        # device cuda:N: every job computes on GPU N
+        n_gpus = 1 if ":" in SCENARIO.device else max(len(visible_gpu_ids()), 1)
+        workflow.scheduler.global_resources["gpu"] = n_gpus
+        workflow.scheduler.resources["gpu"] = n_gpus

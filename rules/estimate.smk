@@ -7,8 +7,6 @@
 
 import shlex
 
-from multigeom_workflow.workers import clean_after_killed_runs
-
 # The per-image job's command, for any rule with the wildcards, inputs (image, encoder,
 # diffusion), output, params (estimator, diffusion: in that order), log and threads of
 # estimate_image (another estimator seed in params.estimator, say). Few fields: Snakemake
@@ -40,23 +38,3 @@ rule estimate_image:
     shell:
         ESTIMATE_IMAGE_SHELL
 
-
-def prepare_estimate_jobs():
-    """
-    At the start of a real run (onstart, rules/plan.smk), once Snakemake holds the
-    working directory: remove what killed runs left (ended runs' sockets and CPU
-    shares, temporary folders beside per-image files), and, on this machine's GPUs,
-    start no more per-image jobs than there are GPUs (the `gpu` resource, unless
-    --resources gpu=N gave it) instead of jobs waiting on each other's slot.
-    """
-    clean_after_killed_runs(
-        os.path.dirname(SCENARIO.per_image_file(c.encoder, c.area, 0))
-        for c in SCENARIO.configurations
-    )
-    given = dict(workflow.resource_settings.resources)
-    scheduler = getattr(workflow, "scheduler", None)
-    if workflow.local_exec and SCENARIO.uses_gpu and "gpu" not in given and scheduler:
-        # device cuda:N: every job computes on GPU N
-        n_gpus = 1 if ":" in SCENARIO.device else max(len(visible_gpu_ids()), 1)
-        workflow.scheduler.global_resources["gpu"] = n_gpus
-        workflow.scheduler.resources["gpu"] = n_gpus
