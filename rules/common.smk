@@ -8,7 +8,14 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 try:
-    from multigeom_workflow.scenario import ConfigError, validated_scenario
+    from multigeom_workflow.gpus import visible_gpu_ids
+    from multigeom_workflow.request import RunSettings
+    from multigeom_workflow.workers import clean_after_killed_runs
+    from multigeom_workflow.scenario import (
+        ConfigError,
+        resolve_settings_file,
+        validated_scenario,
+    )
     from multigeom_workflow.plan import pending_images
     from multigeom_workflow.shards import SHARD_GROUP, num_shards, shard_groups
 except ImportError as err:
@@ -35,8 +42,9 @@ for _note in SCENARIO.notes:
     print(_note, file=sys.stderr)
 if SCENARIO.stage5_skipped:
     print(SCENARIO.stage5_skipped, file=sys.stderr)
-# For the per-image jobs this run starts (they inherit the environment): the process
-# their warm workers watch (they end with it), and how many share the CPU at once.
+# What every per-image job of this run shares, resolved once here and handed to them in
+# the environment (they inherit it): the run (the process its warm workers and CPU
+# shares belong to), device, GPU ids, CPU shares, settings files, seed, engine.
 # In a SLURM allocation (a shard, profiles/slurm) every per-image job is a Snakemake
 # process of its own: they keep the allocation's first Snakemake as their run, so that
 # one warm worker serves the whole shard, with slot locks of the allocation's own
@@ -44,8 +52,20 @@ if SCENARIO.stage5_skipped:
 _slurm_job = os.environ.get("SLURM_JOB_ID", "")
 if not _slurm_job or os.environ.get("MULTIGEOM_SLURM_JOB_ID") != _slurm_job:
     os.environ.update(
-        MULTIGEOM_SNAKEMAKE_PID=str(os.getpid()),
-        MULTIGEOM_CPU_SLOTS=str(workflow.resource_settings.cores or 1),
+        RunSettings(
+            run_id=str(os.getpid()),
+            device=SCENARIO.device,
+            gpu_ids=visible_gpu_ids() if SCENARIO.uses_gpu else [],
+            cpu_slots=int(workflow.resource_settings.cores or 1),
+            warm=SCENARIO.warm_workers,
+            settings_files={
+                key: str(resolve_settings_file(str(config[key]), key, workflow.basedir))
+                for key in ("estimator", "diffusion")
+            },
+            seed=int(config["seed"]),
+            engine=SCENARIO.engine,
+            precision=SCENARIO.precision,
+        ).to_env(),
         MULTIGEOM_SLURM_JOB_ID=_slurm_job,
     )
     if _slurm_job:
@@ -62,9 +82,17 @@ ESTIMATE_GPUS = 1 if SCENARIO.uses_gpu else 0
 # so a profile's `group-components: [shard=N]` makes one submission of up to N images
 # of a shard (Snakemake keys --group-components by that name, as for groups written
 # with wildcards).
-SHARDS = shard_groups(
-    pending_images(SCENARIO),
-    num_shards(config["shards"], workflow.resource_settings.nodes),
+# Groups matter only where Snakemake submits them: remote executors, which require
+# --jobs (and the jobs they run remotely). Local runs ignore groups, and a dry run
+# plans faster without them.
+SHARDED = workflow.resource_settings.nodes is not None or not workflow.is_main_process
+SHARDS = (
+    shard_groups(
+        pending_images(SCENARIO),
+        num_shards(config["shards"], workflow.resource_settings.nodes),
+    )
+    if SHARDED
+    else {}
 )
 for _shard in set(SHARDS.values()):
     workflow.parent_groupids[_shard] = SHARD_GROUP
@@ -138,3 +166,24 @@ def get_shard(wildcards):
 def get_per_image_files(wildcards=None):
     """Every per-image file of the run: all configurations, first n_images images."""
     return SCENARIO.per_image_files()
+
+
+def prepare_estimate_jobs():
+    """
+    At the start of a real run (onstart, rules/plan.smk), once Snakemake holds the
+    working directory: remove what killed runs left (ended runs' sockets and CPU
+    shares, temporary folders beside per-image files), and, on this machine's GPUs,
+    start no more per-image jobs than there are GPUs (the `gpu` resource, unless
+    --resources gpu=N gave it) instead of jobs waiting on each other's slot.
+    """
+    clean_after_killed_runs(
+        os.path.dirname(SCENARIO.per_image_file(c.encoder, c.area, 0))
+        for c in SCENARIO.configurations
+    )
+    given = dict(workflow.resource_settings.resources)
+    scheduler = getattr(workflow, "scheduler", None)
+    if workflow.local_exec and SCENARIO.uses_gpu and "gpu" not in given and scheduler:
+        # device cuda:N: every job computes on GPU N
+        n_gpus = 1 if ":" in SCENARIO.device else max(len(visible_gpu_ids()), 1)
+        workflow.scheduler.global_resources["gpu"] = n_gpus
+        workflow.scheduler.resources["gpu"] = n_gpus

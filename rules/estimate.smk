@@ -1,7 +1,21 @@
 # The per-image target: G(x) and J(x) of one test image of one (encoder, area)
 # configuration, computed and written by upstream's multigeom.pipeline.per_image.
 # The settings are params (a change of their content recomputes); the device is not
-# (the same image gives the same result wherever it runs).
+# (the same image gives the same result wherever it runs). The job is a light process
+# (multigeom_workflow.client, no torch) that holds a slot and hands its request to the
+# slot's warm worker; what all jobs share comes resolved in MULTIGEOM_RUN (common.smk).
+
+import shlex
+
+# The per-image job's command, for any rule with the wildcards, inputs (image, encoder,
+# diffusion), output, params (estimator, diffusion: in that order), log and threads of
+# estimate_image (another estimator seed in params.estimator, say). Few fields: Snakemake
+# formats it several times per job, in dry runs too.
+ESTIMATE_IMAGE_SHELL = (
+    f"{shlex.quote(sys.executable)} -m multigeom_workflow.client --wildcards {{wildcards}}"
+    " --input {input:q} --output {output:q} --params {params:q} --threads {threads}"
+    " > {log:q} 2>&1"
+)
 
 
 rule estimate_image:
@@ -17,10 +31,10 @@ rule estimate_image:
     benchmark:
         "benchmarks/estimate_image/{encoder}/{area}/img{index}.tsv"
     group:
-        get_shard
+        get_shard if SHARDED else None
     threads: 1
     resources:
         gpu=ESTIMATE_GPUS,
         runtime=ESTIMATE_RUNTIME_MIN,  # minutes, for SLURM only (rules/plan.smk)
-    script:
-        "../scripts/estimate_image.py"
+    shell:
+        ESTIMATE_IMAGE_SHELL

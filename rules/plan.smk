@@ -70,6 +70,7 @@ if workflow.output_settings.dryrun:
 onstart:
     # Before any job. Local runs need torchvision's weights here; on Modal the
     # container image holds them, and the executor's --modal-gpu prices the run.
+    prepare_estimate_jobs()  # rules/common.smk
     plugin = workflow.executor_plugin
     if getattr(plugin, "name", None) != "modal":
         for problem in SCENARIO.blockers:

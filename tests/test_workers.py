@@ -21,14 +21,17 @@ TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
 
 
 def workers_alive(lock_dir: str | None = None) -> list[str]:
-    """Command lines of the worker processes (of one lock folder, if given)."""
+    """Command lines of this checkout's worker processes (of one lock folder, if
+    given); other checkouts on a shared machine have their own Python."""
     out = subprocess.run(
         ["ps", "-ww", "-eo", "args"], capture_output=True, text=True
     ).stdout
+    python_dir = str(Path(sys.executable).parent)
     return [
         line
         for line in out.splitlines()
         if "multigeom_workflow.workers" in line
+        and line.startswith(python_dir)
         and (lock_dir is None or lock_dir in line)
     ]
 

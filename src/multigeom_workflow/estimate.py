@@ -23,6 +23,7 @@ import torch
 
 from .engine import ENGINES, check_precision, cpu_threads, estimate_image_fast
 from .files import write_error_line
+from .request import EstimateRequest
 from .scenario import to_namespace
 from .test_images import load_test_image
 
@@ -266,20 +267,22 @@ def _estimate_fast(
     return path
 
 
-def estimate_request(models: Models, request: dict) -> Path:
+def estimate_request(models: Models, request: EstimateRequest) -> Path:
     """
     `estimate_to_file` for one request of a per-image job, the same whether a warm
-    worker or the job itself computes it.
+    worker, the job itself or a Modal container computes it.
 
     Parameters
     ----------
     models : Models
-    request : dict
-        ``image``, ``index``, ``out``, ``estimator``, ``encoder_name``, ``area``;
-        ``settings_files`` (name -> path), ``seed`` for upstream's provenance record,
-        to which `device_provenance` is added; ``engine`` (default ``upstream``) and
-        ``precision`` (default ``fp32``). On a GPU, torch's CPU-side work gets this
-        process's share of the cores (`multigeom_workflow.engine.cpu_threads`).
+        The request's configuration, loaded (`load_models`).
+    request : EstimateRequest
+        The image, its index, the target, the estimator settings, and
+        ``settings_files``, ``seed`` for upstream's provenance record, to which
+        `device_provenance` is added.
+        ``engine`` and ``precision`` choose the implementation; on a GPU, torch's
+        CPU-side work gets this process's share of the cores
+        (`multigeom_workflow.engine.cpu_threads`).
 
     Returns
     -------
@@ -288,17 +291,17 @@ def estimate_request(models: Models, request: dict) -> Path:
     """
     from multigeom.utils import provenance
 
-    record = provenance(request["settings_files"], seed=request["seed"])
+    record = provenance(request.settings_files, seed=request.seed)
     with cpu_threads(models.device):
         return estimate_to_file(
             models,
-            request["image"],
-            request["index"],
-            request["out"],
-            request["estimator"],
-            encoder_name=request["encoder_name"],
-            area=request["area"],
+            request.image,
+            request.index,
+            request.out,
+            request.estimator,
+            encoder_name=request.encoder_name,
+            area=request.area,
             provenance_record=record | device_provenance(models.device),
-            engine=request.get("engine", "upstream"),
-            precision=request.get("precision", "fp32"),
+            engine=request.engine,
+            precision=request.precision,
         )

@@ -6,8 +6,14 @@ Snakemake counts GPUs (``resources: gpu=1``, ``--resources gpu=N``) but does not
 which one a job gets (snakemake/snakemake issue #281). A per-image job therefore takes
 an exclusive ``flock`` on one lock file per GPU, in a folder shared by every run of the
 machine's user, and computes on that GPU. The operating system releases a lock when its
-process ends, however it ends (SIGKILL included), so a crashed job never keeps a GPU;
-no cleanup is needed.
+process ends, however it ends (SIGKILL included), so a crashed job never keeps a GPU.
+
+CPU shares belong to one run (``run-<pid>/cpuN.lock``, the pid of its Snakemake
+process): an unrelated run of the same user never holds this run's share. Whoever
+computes on a slot (a warm worker, or a cold job) also holds the slot's compute lock
+(`compute_lock`) for as long as it computes, so that a worker left over from a killed
+run can never compute on a GPU beside the next run's. The next run removes the folders
+of runs that ended (`clean_ended_runs`).
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ from pathlib import Path
 
 __all__ = [
     "Slot",
+    "clean_ended_runs",
+    "compute_lock",
     "hold_cpu",
     "hold_gpu",
     "hold_slot",
     "lock_dir",
     "resolve_device",
+    "run_dir",
     "visible_gpu_ids",
 ]
 
@@ -82,6 +91,59 @@ def lock_dir() -> Path:
     return folder
 
 
+def run_dir(run_id: str | int) -> Path:
+    """
+    The folder of one run's CPU shares and warm workers' sockets:
+    ``<lock_dir>/run-<run_id>`` (`run_id`: the pid of the run's Snakemake process).
+    """
+    folder = lock_dir() / f"run-{run_id}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def clean_ended_runs() -> list[Path]:
+    """
+    Remove the folders (CPU share locks, sockets) of runs whose Snakemake process has
+    ended, e.g. one killed with SIGKILL; returns them.
+    """
+    removed = []
+    short = Path("/tmp").glob(f"mgw-{os.getuid()}-run-*")  # sockets of long lock paths
+    for folder in [*lock_dir().glob("run-*"), *short]:
+        pid = folder.name.rpartition("run-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+@contextlib.contextmanager
+def compute_lock(kind: str, slot_id: str, run_id: str | int):
+    """
+    Hold the compute lock of a slot for the duration of the block, waiting for it:
+    ``<lock_dir>/gpu<id>.compute.lock`` for a GPU (machine-wide),
+    ``cpu<i>.compute.lock`` in the run's folder for a CPU share. Only its holder
+    computes on the slot; the operating system releases it when the holder ends,
+    however it ends.
+    """
+    folder = lock_dir() if kind == "gpu" else run_dir(run_id)
+    with open(folder / f"{kind}{slot_id}.compute.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 class Slot:
     """
     A GPU (or a CPU share) held by this process: its kind (``"gpu"`` or ``"cpu"``), its
@@ -100,11 +162,18 @@ class Slot:
 
 
 @contextlib.contextmanager
-def hold_slot(kind: str, ids: list[str], *, want: int | None = None, poll_s=0.2):
+def hold_slot(
+    kind: str,
+    ids: list[str],
+    *,
+    want: int | None = None,
+    poll_s=0.2,
+    folder: Path | None = None,
+):
     """
     Hold one slot of `kind` for the duration of the block: the first free one of `ids`,
     or the one at position `want` among them, waiting until one is free. The slot is an
-    exclusive ``flock`` on ``<lock_dir>/<kind><id>.lock``.
+    exclusive ``flock`` on ``<folder>/<kind><id>.lock`` (default folder: `lock_dir`).
 
     Yields
     ------
@@ -120,7 +189,7 @@ def hold_slot(kind: str, ids: list[str], *, want: int | None = None, poll_s=0.2)
     if want is not None and not 0 <= want < len(ids):
         raise RuntimeError(f"{kind} {want} asked for, but there are {len(ids)}")
     positions = [want] if want is not None else list(range(len(ids)))
-    folder = lock_dir()
+    folder = lock_dir() if folder is None else folder
     # Start at a different slot in each process, so that waiting jobs spread out.
     shift = os.getpid() % len(positions)
     order = positions[shift:] + positions[:shift]
@@ -162,6 +231,11 @@ def hold_gpu(ids: list[str] | None = None, *, want: int | None = None, poll_s=0.
     return hold_slot("gpu", ids, want=want, poll_s=poll_s)
 
 
-def hold_cpu(n_slots: int, *, poll_s=0.2):
-    """Hold one of `n_slots` CPU shares (one per per-image job running at once)."""
-    return hold_slot("cpu", [str(i) for i in range(max(n_slots, 1))], poll_s=poll_s)
+def hold_cpu(n_slots: int, *, run_id: str | int | None = None, poll_s=0.2):
+    """
+    Hold one of `n_slots` CPU shares (one per per-image job running at once) of the
+    run `run_id` (its own folder, `run_dir`; default: the machine's user's folder).
+    """
+    folder = None if run_id is None else run_dir(run_id)
+    ids = [str(i) for i in range(max(n_slots, 1))]
+    return hold_slot("cpu", ids, poll_s=poll_s, folder=folder)

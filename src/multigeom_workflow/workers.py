@@ -3,19 +3,29 @@ Warm estimator workers: the expensive start happens once per slot (imports, devi
 initialisation) and once per (slot, configuration) (loading the encoder and the
 diffusion model) in a run, not once per image.
 
-A per-image job holds a slot (a GPU, or a share of the CPU; `multigeom_workflow.gpus`)
-and hands its image, with the identity of its configuration's models, to the worker
-bound to that slot, over a Unix socket; it starts the worker when there is none. The
-worker keeps the models of the last `MAX_MODELS` configurations it served loaded, so a
-slot that alternates between configurations does not reload them. It computes with the
-same code as a cold job (`multigeom_workflow.estimate.estimate_request`, same thread
-count), so the per-image file holds the same tensors. Only the job holding the slot
-talks to its worker, so a worker serves one request at a time.
+A per-image job (`multigeom_workflow.client`) holds a slot (a GPU, or a share of the
+CPU; `multigeom_workflow.gpus`) and hands its `EstimateRequest` to the worker bound to
+that slot and run, over a Unix socket in the run's folder; it starts the worker when
+there is none. The worker keeps the models of the last `MAX_MODELS` configurations it
+served loaded, so a slot that alternates between configurations does not reload them.
+It computes with the same code as a cold job
+(`multigeom_workflow.estimate.estimate_request`, same thread count), so the per-image
+file holds the same tensors. Only the job holding the slot talks to its worker, so a
+worker serves one request at a time.
 
-A worker ends when the Snakemake process that started the run ends (it watches its
-pid: success, failure, Ctrl-C or a kill), and after `IDLE_S` seconds without work. It
-logs to ``logs/workers/``. If it dies during a request, the job fails with the tail of
-that log, and Snakemake's ``--retries`` can run the job again.
+A worker computes only while its slot is held for it:
+
+- it holds the slot's compute lock (`multigeom_workflow.gpus.compute_lock`) while it
+  loads models and computes, so no two processes ever compute on one GPU;
+- it watches the connection of the job that asked: if that job goes (the job or the
+  whole run killed, SIGKILL included), the worker logs one line, removes the
+  temporary folder of the unfinished per-image file and ends at once, before the slot
+  can go to another job, and writes nothing.
+
+A worker also ends when the Snakemake process of its run ends (it watches its pid), and
+after `IDLE_S` seconds without work. It logs to ``logs/workers/``. If it dies during a
+request, the job fails with the tail of that log, and Snakemake's ``--retries`` can run
+the job again.
 """
 
 from __future__ import annotations
@@ -24,18 +34,22 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from .gpus import lock_dir
+from .gpus import _alive, clean_ended_runs, compute_lock, run_dir
+from .request import EstimateRequest
+from .standin import estimate_standin, record, standin_seconds
 
 __all__ = [
     "IDLE_S",
     "MAX_MODELS",
-    "model_spec",
+    "clean_after_killed_runs",
     "request_estimate",
     "serve",
     "slot_spec",
@@ -51,42 +65,30 @@ MAX_MODELS = 4
 START_TIMEOUT_S = 900.0
 
 
-def worker_socket(spec: dict) -> Path:
+def slot_spec(kind: str, slot_id: str, device: str, threads: int, run_id) -> dict:
     """
-    The socket of the worker for `spec` (`slot_spec`: slot, device, threads, and the
-    run: the pid of the Snakemake process it serves). A worker ends with its run, so
-    two runs at once (two working directories, or Modal containers of a test on one
-    machine) never share one; the slot's lock still gives each job its GPU alone.
+    What identifies a worker: its slot (`kind` ``"gpu"`` or ``"cpu"`` and id), the
+    torch device, the thread count, and its run (the pid of the run's Snakemake
+    process: a worker ends with its run, so two runs never share one).
     """
-    key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
-    folder = lock_dir() / "workers"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{key}.sock"
-    if len(str(path)) > 100:  # the limit of a Unix socket's path is about 107 bytes
-        path = Path("/tmp") / f"multigeom-workflow-{os.getuid()}-{key}.sock"
-    return path
-
-
-def slot_spec(slot_key: str, device: str, threads: int) -> dict:
-    """What identifies a worker: its slot (``gpu0``, ``cpu1``), device, thread count."""
-    return {"slot": slot_key, "device": device, "threads": int(threads)}
-
-
-def model_spec(encoder: str, diffusion: str, settings) -> dict:
-    """
-    What identifies a configuration's models: the absolute checkpoint paths, their
-    modification times (a rewritten checkpoint is loaded again) and the diffusion
-    settings.
-    """
-    files = {
-        k: Path(v).resolve()
-        for k, v in (("encoder", encoder), ("diffusion", diffusion))
-    }
     return {
-        **{k: str(p) for k, p in files.items()},
-        **{f"{k}_mtime": p.stat().st_mtime_ns for k, p in files.items()},
-        "diffusion_settings": settings,
+        "kind": kind,
+        "slot_id": str(slot_id),
+        "device": device,
+        "threads": int(threads),
+        "run": str(run_id),
     }
+
+
+def worker_socket(spec: dict) -> Path:
+    """The socket of the worker for `spec` (`slot_spec`), in its run's folder."""
+    key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    path = run_dir(spec["run"]) / f"{spec['kind']}{spec['slot_id']}-{key}.sock"
+    if len(str(path)) > 100:  # the limit of a Unix socket's path is about 107 bytes
+        folder = Path("/tmp") / f"mgw-{os.getuid()}-run-{spec['run']}"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{key}.sock"
+    return path
 
 
 def _connect(path: Path) -> socket.socket | None:
@@ -106,13 +108,23 @@ def _tail(path: Path, n: int = 15) -> str:
         return ""
 
 
+def _read_line(sock: socket.socket) -> bytes:
+    """One line from `sock` (without buffering past it), b"" if it closed first."""
+    chunks = []
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return b""
+        chunks.append(chunk)
+        if chunk.endswith(b"\n"):
+            return b"".join(chunks)
+
+
 def request_estimate(
     spec: dict,
-    models: dict,
-    request: dict,
+    request: EstimateRequest,
     *,
     log: Path,
-    watch_pid: int,
     idle_s: float = IDLE_S,
 ) -> dict:
     """
@@ -122,22 +134,17 @@ def request_estimate(
     Parameters
     ----------
     spec : dict
-        The worker, from `slot_spec`.
-    models : dict
-        The configuration's models, from `model_spec`.
-    request : dict
-        Arguments of `estimate_to_file`: ``image``, ``index``, ``out`` (absolute
-        paths), ``estimator``, ``encoder_name``, ``area``; and ``settings_files``,
-        ``seed`` for upstream's provenance record.
+        The worker, from `slot_spec`; the caller holds its slot.
+    request : EstimateRequest
     log : Path
         The worker's log, if it has to be started.
-    watch_pid : int
-        The worker ends when this process (the run's Snakemake) ends.
+    idle_s : float
+        Seconds a new worker waits for work before it ends.
 
     Returns
     -------
     dict
-        The worker's answer: ``{"ok": True, "elapsed_seconds": ...}``.
+        The worker's answer: ``{"ok": True, "seconds": ...}``.
 
     Raises
     ------
@@ -145,19 +152,13 @@ def request_estimate(
         If the worker cannot start, dies during the request, or the estimate failed;
         the message holds the end of the worker's log.
     """
-    path = worker_socket({**spec, "run": watch_pid})
+    path = worker_socket(spec)
     sock = _connect(path)
     if sock is None:
         path.unlink(missing_ok=True)  # a worker that died left its socket
         log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "multigeom_workflow.workers",
-            "--socket",
-            str(path),
-        ]
-        cmd += ["--spec", json.dumps(spec), "--watch-pid", str(watch_pid)]
+        cmd = [sys.executable, "-m", "multigeom_workflow.workers"]
+        cmd += ["--socket", str(path), "--spec", json.dumps(spec)]
         cmd += ["--idle-s", str(idle_s)]
         with open(log, "a") as out:
             proc = subprocess.Popen(
@@ -172,12 +173,11 @@ def request_estimate(
             if time.monotonic() > deadline:
                 proc.kill()
                 raise RuntimeError(f"the estimator worker did not start; see {log}")
-            time.sleep(0.1)
+            time.sleep(0.01)
             sock = _connect(path)
-    with sock, sock.makefile("rw") as stream:
-        stream.write(json.dumps({**request, "models": models}) + "\n")
-        stream.flush()
-        answer = stream.readline()
+    with sock:
+        sock.sendall(request.to_json().encode() + b"\n")
+        answer = _read_line(sock)
     if not answer:
         raise RuntimeError(
             f"the estimator worker died during the request; {log}:\n{_tail(log)}"
@@ -188,35 +188,58 @@ def request_estimate(
     return reply
 
 
-def _alive(pid: int) -> bool:
+def _stop_when_client_goes(
+    conn: socket.socket, done: threading.Event, request, socket_path: Path, t0: float
+):
+    """
+    Wait until the job's connection closes; unless the answer is being sent (`done`),
+    the job is gone: log one line, remove the unfinished file's temporary folder, and
+    end this worker at once (the slot's compute lock goes with the process).
+    """
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        conn.recv(1, socket.MSG_PEEK)  # the job sends nothing more: this is its end
+    except OSError:
+        pass
+    if done.is_set():
+        return
+    out = Path(request.out)
+    for tmp in out.parent.glob(f".{out.stem}.*"):
+        try:
+            if tmp.is_dir() and tmp.stat().st_mtime >= t0 - 1:
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            pass
+    socket_path.unlink(missing_ok=True)
+    print(
+        f"worker stops: the job asking for {out.name} ({request.encoder_name}/"
+        f"{request.area}) is gone (killed); nothing written",
+        flush=True,
+    )
+    record(what="stopped", out=request.out, end=time.time())
+    os._exit(0)
 
 
-def serve(path: Path, spec: dict, watch_pid: int, idle_s: float = IDLE_S) -> None:
+def serve(path: Path, spec: dict, idle_s: float = IDLE_S) -> None:
     """
     The worker of slot `spec`: import torch and set up the device once, then answer
     requests on the Unix socket `path`, loading a configuration's models the first
-    time they are asked for (keeping the `MAX_MODELS` most recently used), until
-    `watch_pid` ends or `idle_s` seconds pass without a request.
+    time they are asked for (keeping the `MAX_MODELS` most recently used), until its
+    run's Snakemake process ends or `idle_s` seconds pass without a request.
     """
     from collections import OrderedDict
 
-    import torch
+    standin = standin_seconds()
+    if standin is None:
+        import torch
 
-    from .estimate import estimate_request, load_models
+        from .estimate import estimate_request, load_models
 
-    torch.set_num_threads(spec["threads"])
+        torch.set_num_threads(spec["threads"])
     print(f"worker started on {spec['device']} (pid {os.getpid()})", flush=True)
     cache: OrderedDict[str, object] = OrderedDict()
 
-    def models_for(m: dict):
-        key = json.dumps(m, sort_keys=True)
+    def models_for(request: EstimateRequest):
+        key = request.model_key()
         if key in cache:
             cache.move_to_end(key)
             return cache[key]
@@ -226,15 +249,26 @@ def serve(path: Path, spec: dict, watch_pid: int, idle_s: float = IDLE_S) -> Non
                 torch.cuda.empty_cache()
         t0 = time.monotonic()
         cache[key] = load_models(
-            m["encoder"], m["diffusion"], m["diffusion_settings"], spec["device"]
+            request.encoder_ckpt,
+            request.diffusion_ckpt,
+            request.diffusion,
+            spec["device"],
         )
         print(
-            f"models loaded: {m['encoder']} and {m['diffusion']} on {spec['device']}"
-            f" in {time.monotonic() - t0:.1f} s",
+            f"models loaded: {request.encoder_ckpt} and {request.diffusion_ckpt} on "
+            f"{spec['device']} in {time.monotonic() - t0:.1f} s",
             flush=True,
         )
         return cache[key]
 
+    def compute(request: EstimateRequest):
+        with compute_lock(spec["kind"], spec["slot_id"], spec["run"]):
+            if standin is not None:
+                estimate_standin(request, standin, f"{spec['kind']}{spec['slot_id']}")
+            else:
+                estimate_request(models_for(request), request)
+
+    watch_pid = int(spec["run"])
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     path.unlink(missing_ok=True)
     server.bind(str(path))
@@ -247,17 +281,31 @@ def serve(path: Path, spec: dict, watch_pid: int, idle_s: float = IDLE_S) -> Non
                 conn, _ = server.accept()
             except TimeoutError:
                 continue
-            with conn, conn.makefile("rw") as stream:
-                request = json.loads(stream.readline())
+            conn.settimeout(None)
+            with conn:
+                line = _read_line(conn)
+                if not line:  # the job went before asking
+                    continue
+                request = EstimateRequest.from_json(line)
+                done = threading.Event()
                 t = time.monotonic()
+                threading.Thread(
+                    target=_stop_when_client_goes,
+                    args=(conn, done, request, path, time.time()),
+                    daemon=True,
+                ).start()
                 try:
-                    estimate_request(models_for(request.pop("models")), request)
+                    compute(request)
                     reply = {"ok": True, "seconds": time.monotonic() - t}
                 except Exception as err:  # reported to the job, which fails
                     reply = {"ok": False, "error": f"{type(err).__name__}: {err}"}
-                print(f"{request['out']}: {reply}", flush=True)
-                stream.write(json.dumps(reply) + "\n")
-                stream.flush()
+                done.set()
+                print(f"{request.out}: {reply}", flush=True)
+                try:
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                    conn.shutdown(socket.SHUT_RDWR)  # wakes the watcher
+                except OSError:
+                    print(f"the job asking for {request.out} is gone", flush=True)
             last = time.monotonic()
     finally:
         server.close()
@@ -266,15 +314,37 @@ def serve(path: Path, spec: dict, watch_pid: int, idle_s: float = IDLE_S) -> Non
         print(f"worker ends: {why}", flush=True)
 
 
+def clean_after_killed_runs(per_image_dirs) -> list[Path]:
+    """
+    What runs that were killed (SIGKILL) left behind, removed at the start of a run:
+    the folders of ended runs (CPU share locks, workers' sockets;
+    `multigeom_workflow.gpus.clean_ended_runs`) and the temporary folders of unfinished
+    per-image files (``.img0005.xxxx/`` beside ``img0005.pt``) in `per_image_dirs`.
+    Called only once the run holds its working directory (Snakemake's lock), so no
+    other run is writing there.
+
+    Returns
+    -------
+    list of Path
+        What was removed.
+    """
+    removed = clean_ended_runs()
+    for folder in per_image_dirs:
+        for tmp in Path(folder).glob(".img*.*"):
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed.append(tmp)
+    return removed
+
+
 def main(argv=None) -> None:
     """Entry point of a worker process (started by `request_estimate`)."""
     p = argparse.ArgumentParser()
     p.add_argument("--socket", type=Path, required=True)
     p.add_argument("--spec", required=True)
-    p.add_argument("--watch-pid", type=int, required=True)
     p.add_argument("--idle-s", type=float, default=IDLE_S)
     args = p.parse_args(argv)
-    serve(args.socket, json.loads(args.spec), args.watch_pid, args.idle_s)
+    serve(args.socket, json.loads(args.spec), args.idle_s)
 
 
 if __name__ == "__main__":

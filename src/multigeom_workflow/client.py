@@ -1,0 +1,139 @@
+"""
+The per-image job of rule estimate_image, run from its ``shell:`` command: build the
+`EstimateRequest` from what the rule knows (wildcards, inputs, output, params), hold a
+slot (a GPU, or one of the run's CPU shares), and hand the request to the slot's warm
+worker (``workers: warm``), or compute it here (``workers: cold``).
+
+What every job of the run shares (device, GPU ids, CPU shares, seed, engine,
+precision, provenance files) comes resolved from the Snakemake process in
+``MULTIGEOM_RUN`` (`RunSettings`); the warm path imports only the standard library, so
+the job itself costs milliseconds. Output goes to the job's log (the rule redirects
+it).
+
+Usage (as the rule writes it: its wildcards, its input image, encoder and diffusion
+checkpoints, its output, and its params estimator and diffusion, in that order)::
+
+    python -m multigeom_workflow.client --wildcards area=V1,encoder=onoff,index=0005 \
+        --input IMG ENCODER_CKPT DIFFUSION_CKPT --output OUT \
+        --params "{...estimator...}" "{...diffusion...}" --threads 1
+
+A short command with few fields: Snakemake formats it several times per job, also in a
+dry run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import time
+from pathlib import Path
+
+from .gpus import compute_lock, hold_cpu, hold_gpu
+from .request import EstimateRequest, RunSettings
+from .standin import estimate_standin, record, standin_seconds
+
+__all__ = ["main", "parse_args"]
+
+
+def parse_args(argv=None) -> tuple[EstimateRequest, int]:
+    """
+    The request and the thread count of a per-image job, from its command line and the
+    run's settings (``MULTIGEOM_RUN``). The params are Python literals (Snakemake
+    writes a dict so).
+
+    Raises
+    ------
+    SystemExit
+        If an argument is missing or malformed (argparse's message).
+    """
+    p = argparse.ArgumentParser(prog="python -m multigeom_workflow.client")
+    p.add_argument("--wildcards", required=True, help="area=..,encoder=..,index=..")
+    p.add_argument("--input", nargs=3, required=True, metavar=("IMAGE", "ENC", "DIFF"))
+    p.add_argument("--output", required=True)
+    p.add_argument("--params", nargs=2, required=True, type=ast.literal_eval)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    wildcards = dict(item.split("=", 1) for item in args.wildcards.split(","))
+    (image, encoder_ckpt, diffusion_ckpt), (estimator, diffusion) = (
+        args.input,
+        args.params,
+    )
+    run = RunSettings.from_env()
+    request = EstimateRequest(
+        image=os.path.abspath(image),
+        index=int(wildcards["index"]),
+        out=os.path.abspath(args.output),
+        estimator=estimator,
+        encoder_name=wildcards["encoder"],
+        area=wildcards["area"],
+        encoder_ckpt=os.path.abspath(encoder_ckpt),
+        diffusion_ckpt=os.path.abspath(diffusion_ckpt),
+        diffusion=diffusion,
+        settings_files=run.settings_files,
+        seed=run.seed,
+        engine=run.engine,
+        precision=run.precision,
+    )
+    return request, args.threads
+
+
+def _hold(run: RunSettings):
+    """This job's slot: one of the run's GPUs (``cuda:N``: that one), or a CPU share."""
+    if run.device.startswith("cuda"):
+        want = int(run.device.split(":")[1]) if ":" in run.device else None
+        return hold_gpu(run.gpu_ids, want=want)
+    return hold_cpu(run.cpu_slots, run_id=run.run_id)
+
+
+def compute_cold(
+    request: EstimateRequest,
+    kind: str,
+    slot_id: str,
+    device: str,
+    threads: int,
+    run_id: str,
+) -> None:
+    """Compute `request` in this process, holding the slot's compute lock."""
+    seconds = standin_seconds()
+    with compute_lock(kind, slot_id, run_id):
+        if seconds is not None:
+            estimate_standin(request, seconds, f"{kind}{slot_id}")
+            return
+        import torch
+
+        from .estimate import estimate_request, load_models
+
+        torch.set_num_threads(threads)
+        models = load_models(
+            request.encoder_ckpt, request.diffusion_ckpt, request.diffusion, device
+        )
+        estimate_request(models, request)
+
+
+def main(argv=None) -> None:
+    """Run one per-image job (see the module's docstring)."""
+    start = time.time()
+    request, threads = parse_args(argv)
+    run = RunSettings.from_env()
+    with _hold(run) as slot:
+        print(f"holding {slot.kind} {slot.slot_id} ({slot.device})", flush=True)
+        if run.warm:
+            from .workers import request_estimate, slot_spec
+
+            spec = slot_spec(slot.kind, slot.slot_id, slot.device, threads, run.run_id)
+            reply = request_estimate(
+                spec,
+                request,
+                log=Path("logs", "workers", f"{slot.kind}{slot.slot_id}.log").resolve(),
+            )
+            print(f"done by the warm worker in {reply['seconds']:.2f} s", flush=True)
+        else:
+            compute_cold(
+                request, slot.kind, slot.slot_id, slot.device, threads, run.run_id
+            )
+    record(what="job", out=request.out, start=start, end=time.time())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""
+What a per-image job asks for, in one typed request that travels as JSON: from the
+light job process (`multigeom_workflow.client`) to a warm worker over its socket, to
+the same code in the job itself (``workers: cold``), and inside a Modal container
+(which runs the same job). Only the standard library is imported here, so the job
+that hands an image to a warm worker never imports torch.
+
+The settings every per-image job of a run shares (device, GPU ids, CPU shares, the
+settings files for provenance, seed, engine, precision, warm or cold) are resolved once
+by the Snakemake process that parses the workflow (`RunSettings`) and handed to its
+jobs in the environment variable ``MULTIGEOM_RUN``; a job does not read the
+configuration again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+
+__all__ = ["RUN_ENV", "EstimateRequest", "RunSettings"]
+
+#: The environment variable that carries `RunSettings` to the jobs of a run.
+RUN_ENV = "MULTIGEOM_RUN"
+
+
+@dataclass(frozen=True)
+class EstimateRequest:
+    """
+    One per-image estimate of G(x) and J(x): what to compute, with which models and
+    settings, and where to write it.
+
+    Attributes
+    ----------
+    image : str
+        The test image file (absolute path; 64 x 64 grayscale once read).
+    index : int
+        Its index in the test set: the Monte-Carlo draws are seeded with
+        ``estimator["seed"] + index``.
+    out : str
+        The per-image file to write (absolute path, ``.../img{index:04d}.pt``).
+    estimator : dict
+        Upstream's estimator settings (``multigeom/configs/estimator.yaml`` layout),
+        from the rule's ``params.estimator``.
+    encoder_name, area : str
+        The configuration, as named in the per-image file.
+    encoder_ckpt, diffusion_ckpt : str
+        The configuration's checkpoints (absolute paths).
+    diffusion : dict
+        The diffusion model's settings (``params.diffusion``).
+    settings_files : dict
+        Name (``estimator``, ``diffusion``) -> settings file, for upstream's
+        provenance record.
+    seed : int
+        The run's seed, for the provenance record.
+    engine : str
+        The estimator's implementation (config key ``engine``; ``"upstream"``).
+    precision : str
+        The arithmetic of the estimate (config key ``precision``; ``"fp32"``).
+    """
+
+    image: str
+    index: int
+    out: str
+    estimator: dict
+    encoder_name: str
+    area: str
+    encoder_ckpt: str
+    diffusion_ckpt: str
+    diffusion: dict
+    settings_files: dict = field(default_factory=dict)
+    seed: int = 42
+    engine: str = "upstream"
+    precision: str = "fp32"
+
+    def to_json(self) -> str:
+        """The request as one line of JSON."""
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> EstimateRequest:
+        """
+        The request written by `to_json`.
+
+        Raises
+        ------
+        ValueError
+            If the text is not a JSON object, or a field is missing or unknown.
+        """
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"an estimate request is a JSON object, not {data!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown fields of an estimate request: {unknown}")
+        try:
+            return cls(**data)
+        except TypeError as err:
+            raise ValueError(f"incomplete estimate request: {err}") from None
+
+    def model_key(self) -> str:
+        """
+        What identifies the configuration's loaded models: the checkpoints, their
+        modification times (a rewritten checkpoint is loaded again), the diffusion
+        settings, engine and precision.
+        """
+        stamps = [
+            os.stat(p).st_mtime_ns for p in (self.encoder_ckpt, self.diffusion_ckpt)
+        ]
+        return json.dumps(
+            [
+                self.encoder_ckpt,
+                self.diffusion_ckpt,
+                stamps,
+                self.diffusion,
+                self.engine,
+                self.precision,
+            ],
+            sort_keys=True,
+        )
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """
+    What every per-image job of one run shares, resolved once when the workflow is
+    parsed.
+
+    Attributes
+    ----------
+    run_id : str
+        The run: the pid of its Snakemake process (warm workers and CPU shares belong
+        to it; they end with it).
+    device : str
+        ``"cpu"``, ``"cuda"`` (any free GPU) or ``"cuda:N"``.
+    gpu_ids : list of str
+        The visible GPUs (``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi``), when `device` is
+        CUDA.
+    cpu_slots : int
+        Shares of the CPU (per-image jobs at once, ``--cores``), when `device` is cpu.
+    warm : bool
+        Hand the image to a warm worker (``workers: warm``), else compute in the job.
+    settings_files : dict
+        Name -> settings file, for upstream's provenance record.
+    seed : int
+    engine, precision : str
+        Config keys ``engine`` and ``precision`` (defaults ``"upstream"``, ``"fp32"``).
+    """
+
+    run_id: str
+    device: str
+    gpu_ids: list = field(default_factory=list)
+    cpu_slots: int = 1
+    warm: bool = True
+    settings_files: dict = field(default_factory=dict)
+    seed: int = 42
+    engine: str = "upstream"
+    precision: str = "fp32"
+
+    def to_env(self) -> dict[str, str]:
+        """The environment variable that hands these settings to the run's jobs."""
+        return {RUN_ENV: json.dumps(asdict(self), separators=(",", ":"))}
+
+    @classmethod
+    def from_env(cls, environ=os.environ) -> RunSettings:
+        """
+        The settings of the run that started this job.
+
+        Raises
+        ------
+        RuntimeError
+            If ``MULTIGEOM_RUN`` is not set (the job was not started by the workflow).
+        """
+        text = environ.get(RUN_ENV)
+        if not text:
+            raise RuntimeError(
+                f"{RUN_ENV} is not set: per-image jobs are started by the workflow's "
+                "Snakefile (rules/common.smk sets it)"
+            )
+        return cls(**json.loads(text))

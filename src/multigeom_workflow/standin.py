@@ -1,0 +1,148 @@
+"""
+A stand-in estimator for tests and benchmarks of the orchestration only: it sleeps a
+fixed time instead of computing, so that 8 or 16 simulated GPUs (fake ids in
+``CUDA_VISIBLE_DEVICES``) can run on two cores.
+
+It is selected by the environment variable ``MULTIGEOM_STANDIN_S`` (seconds per image)
+that a test or benchmark sets, never by a configuration key. With
+``MULTIGEOM_STANDIN_RECORD`` set to a file, every computation appends a JSON line
+``{"what": "compute", "slot": ..., "pid": ..., "out": ..., "start": ..., "end": ...}``
+(``time.time()`` seconds; ``"end": null`` when it starts), ``{"what": "stopped",
+"pid": ..., "end": ...}`` when a worker whose job went stops, and every per-image job
+``{"what": "job", ...}``, so that a test can check that no two processes computed on
+one slot at once.
+
+The per-image file it writes holds the request's identity as JSON (not upstream's
+keys): equal requests give byte-equal files. It is written like the real one, in a
+temporary folder beside the target, renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from .request import EstimateRequest
+
+__all__ = [
+    "RECORD_ENV",
+    "STANDIN_ENV",
+    "estimate_standin",
+    "record",
+    "simulated_configurations",
+    "simulated_scenario",
+    "simulated_targets",
+    "standin_seconds",
+]
+
+STANDIN_ENV = "MULTIGEOM_STANDIN_S"
+RECORD_ENV = "MULTIGEOM_STANDIN_RECORD"
+
+
+def standin_seconds() -> float | None:
+    """The stand-in's seconds per image, or None when the real estimator runs."""
+    value = os.environ.get(STANDIN_ENV)
+    return float(value) if value else None
+
+
+def record(**entry) -> None:
+    """Append one JSON line to the file ``MULTIGEOM_STANDIN_RECORD`` names, if set."""
+    path = os.environ.get(RECORD_ENV)
+    if path:
+        line = json.dumps({"pid": os.getpid(), **entry}) + "\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one write with O_APPEND: lines never mix
+        finally:
+            os.close(fd)
+
+
+def estimate_standin(request: EstimateRequest, seconds: float, slot: str) -> Path:
+    """
+    Sleep `seconds` as if estimating `request` on `slot`, then write its per-image file.
+
+    Returns
+    -------
+    Path
+        ``request.out``.
+    """
+    out = Path(request.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    record(what="compute", slot=slot, out=request.out, start=start, end=None)
+    with tempfile.TemporaryDirectory(prefix=f".{out.stem}.", dir=out.parent) as tmp:
+        time.sleep(seconds)
+        part = Path(tmp) / out.name
+        identity = {
+            "image": Path(request.image).name,
+            "index": request.index,
+            "encoder_name": request.encoder_name,
+            "area": request.area,
+            "seed": request.estimator.get("seed"),
+            "engine": request.engine,
+            "precision": request.precision,
+        }
+        part.write_text(json.dumps(identity, sort_keys=True) + "\n")
+        part.replace(out)
+    record(what="compute", slot=slot, out=request.out, start=start, end=time.time())
+    return out
+
+
+def simulated_scenario(root: Path, n_configs: int, n_images: int) -> tuple[Path, dict]:
+    """
+    A scenario for the stand-in in folder `root`: `n_configs` configurations
+    (`simulated_configurations`) with empty checkpoint
+    files, `n_images` empty test image files, ``device: cuda``, and torchvision's
+    weight files (empty) in a private ``TORCH_HOME``. Nothing reads them: the stand-in
+    does not compute. Returns the configuration file (written there) and the
+    environment variables to run it with (``TORCH_HOME``).
+
+    Run it with ``CUDA_VISIBLE_DEVICES`` set to fake ids and ``MULTIGEOM_STANDIN_S``
+    set, targets `simulated_targets`.
+    """
+    import yaml
+
+    root = Path(root)
+    weights = root / "torch" / "hub" / "checkpoints"
+    weights.mkdir(parents=True, exist_ok=True)
+    for name in ("inception_v3_google-0cc3c7bd.pth", "resnet50-11ad3fa6.pth"):
+        (weights / name).touch()
+    images = root / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    for i in range(n_images):
+        (images / f"im{i:05d}.png").touch()
+    configs = []
+    for encoder, area in simulated_configurations(n_configs):
+        ckpts = {}
+        for kind in ("encoder", "diffusion"):
+            path = root / "ckpt" / f"{kind}-{encoder}-{area}.pt"
+            path.parent.mkdir(exist_ok=True)
+            path.touch()
+            ckpts[f"{kind}_ckpt"] = str(path)
+        configs.append({"encoder": encoder, "area": area, **ckpts})
+    config = {
+        "configs": configs,
+        "n_images": n_images,
+        "device": "cuda",
+        "test_images": {"source": "folder", "path": str(images)},
+    }
+    path = root / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, {"TORCH_HOME": str(root / "torch")}
+
+
+def simulated_configurations(n_configs: int) -> list[tuple[str, str]]:
+    """(encoder, area) of `simulated_scenario` (at most 4): the paper's four."""
+    return [(e, a) for a in ("V1", "V4") for e in ("inception", "resnet50")][:n_configs]
+
+
+def simulated_targets(n_configs: int, n_images: int) -> list[str]:
+    """The per-image files of `simulated_scenario` (default runs folder)."""
+    return [
+        f"runs/per_image/{encoder}/{area}/img{i:04d}.pt"
+        for encoder, area in simulated_configurations(n_configs)
+        for i in range(n_images)
+    ]
