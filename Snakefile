@@ -17,6 +17,7 @@ include: "rules/plan.smk"
 include: "rules/demo.smk"
 include: "rules/fetch.smk"
 include: "rules/estimate.smk"
+include: "rules/science.smk"
 include: "rules/alignment.smk"
 include: "rules/figures.smk"
 

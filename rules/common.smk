@@ -71,6 +71,7 @@ def get_final_outputs():
         f"{RUNS}/metrics/cross_encoder_metrics.json",
         f"{RESULTS}/fig4de.png",
         f"{RESULTS}/fig4de.pdf",
+        *get_science_outputs(),  # rules/science.smk: noise ceiling, ground truth
     ]
 
 
