@@ -12,16 +12,11 @@ from multigeom_workflow.test_images import DEMO_TEST_PHOTOS
 SCIENCE_FIGURES = f"{RESULTS}/fig4de.png and {RESULTS}/ground_truth.png"
 
 
-def fit_report(c):
-    """The fit report of a demo configuration's encoder, beside its checkpoint."""
-    return f"{RUNS}/encoders/{c.encoder}/{c.area}/fit_report.json"
-
-
 # At the start of every run: one line per configuration whose encoder, already fitted,
 # is too poor to inform the estimator (a fit in this run prints it when it ends).
 for _c in SCENARIO.configurations:
-    if _c.is_demo and os.path.exists(fit_report(_c)):
-        with open(fit_report(_c)) as _f:
+    if _c.is_demo and os.path.exists(get_fit_report(_c)):
+        with open(get_fit_report(_c)) as _f:
             for _line in encoder_warnings(
                 f"{_c.encoder}/{_c.area}",
                 json.load(_f),

@@ -143,7 +143,7 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS, ceiling: dict | None = 
 
 
 def _plot_ceiling(ax, ceiling: dict | None, metric: str) -> None:
-    """The noise-ceiling lines of one panel: gray, dash-dotted, one per configuration."""
+    """The noise-ceiling lines of a panel: gray, dash-dotted, one per configuration."""
     if not ceiling:
         return
     configs = sorted(ceiling["configurations"])

@@ -48,7 +48,7 @@ def ceiling_estimator(estimator: dict) -> dict:
 
 
 def _load(files: Iterable[str | Path]) -> dict[tuple[str, str], dict[int, dict]]:
-    """Per-image files ``.../<encoder>/<area>/img{i:04d}.pt``, by configuration, index."""
+    """Per-image files ``.../<enc>/<area>/img{i:04d}.pt`` by configuration and index."""
     import torch
 
     out: dict[tuple[str, str], dict[int, dict]] = {}
