@@ -33,6 +33,8 @@ def test_dry_run_plans_the_paper_without_network(tmp_path):
         "fetch_diffusion": 4,
         "extract_test_image": 200,
         "estimate_image": 800,
+        "estimate_image_ceiling": 8,  # noise_ceiling_images: 2 per configuration
+        "align_ceiling": 1,
         "align_configs": 1,
         "plot_fig4de": 1,
         "all": 1,

@@ -106,7 +106,16 @@ def test_resume_recomputes_only_the_deleted_image(tiny_copy):
     assert dry.returncode == 0, dry.stderr
     jobs = planned_jobs(dry)
     assert jobs["estimate_image"] == 1
-    assert set(jobs) == {"estimate_image", "align_configs", "plot_fig4de", "all"}
+    # Stage 5, the figure, and the alignment with the ground truth (every image);
+    # the noise ceiling's (image 0 only) is not redone.
+    assert set(jobs) == {
+        "estimate_image",
+        "align_configs",
+        "plot_fig4de",
+        "align_truth",
+        "plot_ground_truth",
+        "all",
+    }
 
     result = run_snakemake(tiny_copy)
     assert result.returncode == 0, result.stderr[-3000:]
