@@ -122,6 +122,7 @@ def get_final_outputs():
         f"{RESULTS}/report/stage5_metrics.html",
         f"{RESULTS}/report/progress.html",
         f"{RESULTS}/report/settings.html",
+        *get_science_outputs(),  # rules/science.smk: noise ceiling, ground truth
     ]
 
 
@@ -187,3 +188,54 @@ def prepare_estimate_jobs():
         n_gpus = 1 if ":" in SCENARIO.device else max(len(visible_gpu_ids()), 1)
         workflow.scheduler.global_resources["gpu"] = n_gpus
         workflow.scheduler.resources["gpu"] = n_gpus
+
+
+# The figure's references (rules/science.smk): the Monte-Carlo noise ceiling (a second
+# estimate of the first `noise_ceiling_images` images of every configuration, other
+# seeds) and, for the demo's synthetic areas, the ground truth and the fit reports.
+CEILING_IMAGES = int(config["noise_ceiling_images"])
+if CEILING_IMAGES > SCENARIO.n_images:
+    sys.exit(
+        f"config error: config key 'noise_ceiling_images' = {CEILING_IMAGES}: at most "
+        f"n_images ({SCENARIO.n_images}); the ceiling compares images of the run"
+    )
+DEMO_CONFIGS = [c for c in SCENARIO.configurations if c.is_demo]
+
+
+def get_fit_report(c):
+    """The fit report of a demo configuration's encoder, beside its checkpoint."""
+    return f"{RUNS}/encoders/{c.encoder}/{c.area}/fit_report.json"
+
+
+def get_ceiling_files(kind):
+    """The run's first estimates (`first`) or the second ones (`second`) compared."""
+    folder = "per_image" if kind == "first" else "per_image_ceiling"
+    return [
+        f"{RUNS}/{folder}/{c.encoder}/{c.area}/img{i:04d}.pt"
+        for c in SCENARIO.configurations
+        for i in range(CEILING_IMAGES)
+    ]
+
+
+def get_truth_files():
+    """The ground-truth files of the demo areas of the run, first n_images images."""
+    areas = dict.fromkeys(c.area for c in DEMO_CONFIGS)
+    return [
+        f"{RUNS}/ground_truth/{a}/img{i:04d}.pt"
+        for a in areas
+        for i in range(SCENARIO.n_images)
+    ]
+
+
+def get_science_outputs():
+    """The reference targets of the run (added to rule all's)."""
+    out = []
+    if CEILING_IMAGES:
+        out.append(f"{RUNS}/metrics/noise_ceiling.json")
+    if DEMO_CONFIGS:
+        out += [
+            f"{RUNS}/diffusion/{c.encoder}/{c.area}/conditioning.json"
+            for c in DEMO_CONFIGS
+        ]
+        out += [f"{RESULTS}/ground_truth.png", f"{RESULTS}/ground_truth.pdf"]
+    return out

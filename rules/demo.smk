@@ -2,8 +2,28 @@
 # diffusion models, all made offline and deterministically, in upstream's run layout.
 # Built once; a second run finds them and skips them.
 
+import json
+
+from multigeom_workflow.demo import encoder_warnings
 from multigeom_workflow.scenario import DEMO_AREAS, DEMO_ENCODERS
 from multigeom_workflow.test_images import DEMO_TEST_PHOTOS
+
+# The figures whose lines a poor encoder empties of meaning, named in its warning.
+SCIENCE_FIGURES = f"{RESULTS}/fig4de.png and {RESULTS}/ground_truth.png"
+
+
+# At the start of every run: one line per configuration whose encoder, already fitted,
+# is too poor to inform the estimator (a fit in this run prints it when it ends).
+for _c in SCENARIO.configurations:
+    if _c.is_demo and os.path.exists(get_fit_report(_c)):
+        with open(get_fit_report(_c)) as _f:
+            for _line in encoder_warnings(
+                f"{_c.encoder}/{_c.area}",
+                json.load(_f),
+                DEMO["min_val_corr"],
+                SCIENCE_FIGURES,
+            ):
+                print(_line, file=sys.stderr)
 
 
 rule export_demo_photos:
@@ -51,8 +71,10 @@ rule fit_demo_encoder:
     input:
         crops=rules.cut_training_crops.output[0],
         area=rules.simulate_area.output[0],
+        test_images=SCENARIO.test_image_files[: SCENARIO.n_images],
     output:
-        f"{RUNS}/encoders/{{encoder}}/{{area}}/best_model.pt",
+        encoder=f"{RUNS}/encoders/{{encoder}}/{{area}}/best_model.pt",
+        report=f"{RUNS}/encoders/{{encoder}}/{{area}}/fit_report.json",
     wildcard_constraints:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
@@ -60,6 +82,10 @@ rule fit_demo_encoder:
         epochs=DEMO["readout_epochs"],
         lr=DEMO["readout_lr"],
         seed=DEMO["seed"],
+        backbone_epochs=DEMO["backbone_epochs"],
+        backbone_lr=DEMO["backbone_lr"],
+        min_corr=DEMO["min_val_corr"],
+        figures=SCIENCE_FIGURES,
     log:
         "logs/fit_demo_encoder/{encoder}/{area}.log",
     threads: 1
@@ -71,7 +97,7 @@ rule train_demo_diffusion:
     localrule: True
     input:
         crops=rules.cut_training_crops.output[0],
-        encoder=rules.fit_demo_encoder.output[0],
+        encoder=rules.fit_demo_encoder.output.encoder,
     output:
         f"{RUNS}/diffusion/{{encoder}}/{{area}}/final_model.pt",
     wildcard_constraints:
@@ -86,3 +112,47 @@ rule train_demo_diffusion:
     threads: 1
     script:
         "../scripts/train_demo_diffusion.py"
+
+
+rule check_conditioning:
+    # How much each diffusion model's prediction depends on the responses, at the
+    # estimator's timesteps, on held-out crops (demo.conditioning_sensitivity).
+    localrule: True
+    input:
+        crops=rules.cut_training_crops.output[0],
+        encoder=rules.fit_demo_encoder.output.encoder,
+        diffusion=rules.train_demo_diffusion.output[0],
+    output:
+        f"{RUNS}/diffusion/{{encoder}}/{{area}}/conditioning.json",
+    wildcard_constraints:
+        encoder="|".join(DEMO_ENCODERS),
+        area="|".join(DEMO_AREAS),
+    params:
+        estimator=SCENARIO.estimator,
+        diffusion=SCENARIO.diffusion,
+        n_images=16,
+    log:
+        "logs/check_conditioning/{encoder}/{area}.log",
+    threads: 1
+    script:
+        "../scripts/check_conditioning.py"
+
+
+rule area_fisher:
+    # The ground truth: the Fisher information of a demo area's GaborTeacher at one
+    # test image (a per-image target, like the estimates).
+    localrule: True
+    input:
+        area=rules.simulate_area.output[0],
+        image=lambda w: SCENARIO.test_image_files[int(w.index)],
+    output:
+        f"{RUNS}/ground_truth/{{area}}/img{{index}}.pt",
+    wildcard_constraints:
+        area="|".join(DEMO_AREAS),
+    params:
+        top_k=SCENARIO.top_k,
+    log:
+        "logs/area_fisher/{area}/img{index}.log",
+    threads: 1
+    script:
+        "../scripts/area_fisher.py"

@@ -5,6 +5,7 @@ rule plot_fig4de:
     localrule: True
     input:
         metrics=rules.align_configs.output[0],
+        **({"ceiling": rules.align_ceiling.output[0]} if CEILING_IMAGES else {}),
     output:
         png=report(
             f"{RESULTS}/fig4de.png",

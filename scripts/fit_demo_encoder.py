@@ -1,21 +1,39 @@
-"""Rule fit_demo_encoder: fit a demo encoder's readout to a synthetic area."""
+"""Rule fit_demo_encoder: fit a demo encoder to a synthetic area; warn if it is poor."""
+
+import json
+import sys
 
 import torch
 
-from multigeom_workflow.demo import fit_demo_encoder
+from multigeom_workflow.demo import encoder_warnings, fit_demo_encoder
+from multigeom_workflow.files import atomic_path
 from multigeom_workflow.jobs import job_log
+from multigeom_workflow.test_images import load_test_image
 
+params, wildcards = snakemake.params, snakemake.wildcards
 with job_log(snakemake.log[0]):
     torch.set_num_threads(snakemake.threads)
     crops = torch.load(snakemake.input.crops)
     area = torch.load(snakemake.input.area, weights_only=False)
+    tests = torch.stack([load_test_image(f) for f in snakemake.input.test_images])
     metadata = fit_demo_encoder(
-        snakemake.wildcards.encoder,
+        wildcards.encoder,
         area,
         crops,
-        epochs=snakemake.params.epochs,
-        lr=snakemake.params.lr,
-        seed=snakemake.params.seed,
-        out=snakemake.output[0],
+        epochs=params.epochs,
+        lr=params.lr,
+        seed=params.seed,
+        out=snakemake.output.encoder,
+        backbone_epochs=params.backbone_epochs,
+        backbone_lr=params.backbone_lr,
+        test_images=tests,
     )
+    with atomic_path(snakemake.output.report) as tmp:
+        with open(tmp, "w") as f:
+            json.dump(metadata, f, indent=1)
     print(metadata)
+# Outside the log: the run's own output shows it.
+for line in encoder_warnings(
+    f"{wildcards.encoder}/{wildcards.area}", metadata, params.min_corr, params.figures
+):
+    print(line, file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Rule plot_fig4de: Fig. 4D-E from Stage 5's metrics."""
+"""Rule plot_fig4de: Fig. 4D-E from Stage 5's metrics (and the noise ceiling)."""
 
 import json
 from pathlib import Path
@@ -8,5 +8,8 @@ from multigeom_workflow.jobs import job_log
 
 with job_log(snakemake.log[0]):
     metrics = json.loads(Path(snakemake.input.metrics).read_text())
-    fig = plot_fig4de(metrics)
+    ceiling = None
+    if "ceiling" in snakemake.input.keys():
+        ceiling = json.loads(Path(snakemake.input.ceiling).read_text())
+    fig = plot_fig4de(metrics, ceiling=ceiling)
     save_figure(fig, snakemake.output.png, snakemake.output.pdf)

@@ -34,6 +34,8 @@ def test_dry_run_plans_the_paper_without_network(tmp_path):
         "extract_test_image": 200,
         "estimate_image": 800,
         "verify_per_image_files": 1,
+        "estimate_image_ceiling": 8,  # noise_ceiling_images: 2 per configuration
+        "align_ceiling": 1,
         "align_configs": 1,
         "plot_fig4de": 1,
         "summarize_run": 1,

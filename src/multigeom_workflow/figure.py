@@ -23,7 +23,13 @@ import numpy as np
 from .files import atomic_path
 from .scenario import N_PIXELS
 
-__all__ = ["PANELS", "comparison_kind", "plot_fig4de", "save_figure"]
+__all__ = [
+    "PANELS",
+    "comparison_kind",
+    "plot_fig4de",
+    "plot_ground_truth",
+    "save_figure",
+]
 
 #: Metric of each panel and its title.
 PANELS = (
@@ -55,7 +61,7 @@ def pair_name(pair: dict) -> str:
     )
 
 
-def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS):
+def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS, ceiling: dict | None = None):
     """
     Draw Fig. 4D-E.
 
@@ -66,13 +72,17 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS):
         `multigeom_workflow.alignment.align_configs`).
     n_pixels : int
         P, the dimension of image space (64 x 64 = 4096), for the chance level k/P.
+    ceiling : dict, optional
+        The Monte-Carlo noise ceiling (`multigeom_workflow.science.noise_ceiling`):
+        A_k between two estimates of the same configuration, drawn in gray, one line
+        per configuration labelled ``"ceiling (2 seeds): <enc>/<area>"``.
 
     Returns
     -------
     matplotlib.figure.Figure
         Two axes (G, then J). In each, one line per comparison labelled by `pair_name`
-        (its y-data the mean alignment, a band of +- s.e.m. around it) and the chance
-        line labelled ``"chance k/P"``.
+        (its y-data the mean alignment, a band of +- s.e.m. around it), the ceiling
+        lines, and the chance line labelled ``"chance k/P"``.
 
     Raises
     ------
@@ -111,6 +121,7 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS):
                 label=name,
             )
             k_max = max(k_max, int(k[-1]))
+        _plot_ceiling(ax, ceiling, metric)
         k = np.arange(1, k_max + 1)
         ax.plot(k, k / n_pixels, ":", color="black", label="chance k/P")
         ax.set_title(title)
@@ -126,6 +137,97 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS):
     fig.suptitle(
         f"Fig. 4D-E: alignment of the top-k eigenvectors between configurations "
         f"(mean ± s.e.m. over n = {shown} images)"
+    )
+    fig.tight_layout()
+    return fig
+
+
+def _plot_ceiling(ax, ceiling: dict | None, metric: str) -> None:
+    """The noise-ceiling lines of a panel: gray, dash-dotted, one per configuration."""
+    if not ceiling:
+        return
+    configs = sorted(ceiling["configurations"])
+    for i, label in enumerate(configs):
+        curve = ceiling["configurations"][label][metric]
+        gray = 0.15 + 0.5 * i / max(1, len(configs) - 1)
+        ax.plot(
+            curve["k"],
+            curve["alignment_mean"],
+            "-.",
+            lw=1,
+            color=(gray, gray, gray),
+            label=f"ceiling (2 seeds, n = {curve['n_images']}): {label}",
+        )
+
+
+def plot_ground_truth(truth: dict, n_pixels: int = N_PIXELS):
+    """
+    How well each configuration recovers its area's geometry: A_k between its G(x)
+    (panel a) or J(x) (panel b) and the area's ground truth J_area(x), versus k.
+
+    Parameters
+    ----------
+    truth : dict
+        `multigeom_workflow.science.truth_alignment`'s result.
+    n_pixels : int
+        P, for the chance level k/P.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Two axes; in each, one line per configuration labelled ``"<enc>/<area>"``
+        (mean, band of +- s.e.m.) and the chance line ``"chance k/P"``.
+
+    Raises
+    ------
+    ValueError
+        If `truth` holds no configuration.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = sorted(truth["configurations"])
+    if not configs:
+        raise ValueError("no configuration of a demo area in the ground-truth metrics")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+    titles = {
+        "G": "G(x) vs the area's true Fisher information",
+        "J": "J(x) of the encoder vs the area's true Fisher information",
+    }
+    n_images = set()
+    for ax, metric in zip(axes, ("G", "J"), strict=True):
+        k_max = 1
+        for i, label in enumerate(configs):
+            c = truth["configurations"][label][metric]
+            k, mean = np.asarray(c["k"]), np.asarray(c["alignment_mean"])
+            sem = np.asarray(c["alignment_sem"])
+            color = plt.get_cmap("tab10")(i % 10)
+            style = (
+                "-"
+                if label.split("/")[1] == sorted({x.split("/")[1] for x in configs})[0]
+                else "--"
+            )
+            ax.fill_between(k, mean - sem, mean + sem, color=color, alpha=0.2)
+            ax.plot(k, mean, style, color=color, label=label)
+            k_max = max(k_max, int(k[-1]))
+            n_images.add(int(c["n_images"]))
+        k = np.arange(1, k_max + 1)
+        ax.plot(k, k / n_pixels, ":", color="black", label="chance k/P")
+        ax.set_title(titles[metric])
+        ax.set_xlabel("k (top-k eigenvectors)")
+        ax.set_xlim(1, k_max)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(r"alignment with the truth $\mathcal{A}_k$")
+    axes[1].legend(
+        loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False
+    )
+    fig.suptitle(
+        "Ground truth: alignment of each configuration's top-k eigenvectors with its "
+        f"area's J_area(x) (mean ± s.e.m., n = {', '.join(map(str, sorted(n_images)))}"
+        " images)"
     )
     fig.tight_layout()
     return fig

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: Encoders built by the workflow's embedded demo (see `multigeom_workflow.demo`).
-DEMO_ENCODERS = ("onoff", "smallcnn")
+DEMO_ENCODERS = ("onoff", "smallcnn", "widecnn")
 #: Synthetic areas of the demo: populations of upstream's `GaborTeacher`.
 DEMO_AREAS = ("complex", "simple")
 #: Encoders and areas of the paper (Azeglio et al. 2026, Fig. 4D-E).

@@ -1,0 +1,62 @@
+"""
+What a finished demo run shows: per configuration, the encoder's fit (correlation with
+the area's noiseless responses on held-out crops, response std on the test images), how
+much its diffusion model's prediction depends on the responses, the noise ceiling, and
+the alignment of G(x) and J(x) with the area's ground truth; then A_k of every pair.
+
+Usage: python benchmarks/demo_science.py [WORKDIR] [--k 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _at(curve: dict | None, k: int) -> str:
+    if not curve:
+        return "-"
+    i = min(k, len(curve["k"])) - 1
+    return f"{curve['alignment_mean'][i]:.3f}±{curve['alignment_sem'][i]:.3f}"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("workdir", nargs="?", default=".")
+    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--k", type=int, default=10)
+    args = p.parse_args(argv)
+    runs = Path(args.workdir) / args.runs_dir
+    k = args.k
+
+    def read(path):
+        path = runs / path
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    ceiling = read("metrics/noise_ceiling.json").get("configurations", {})
+    truth = read("metrics/ground_truth.json").get("configurations", {})
+    print(
+        f"{'configuration':18} {'corr':>6} {'std':>6} {'eps pair':>9} {'eps other':>9}"
+        f" {'ceil G':>13} {'G~truth':>13} {'J~truth':>13}   (A_{k})"
+    )
+    for report in sorted(runs.glob("encoders/*/*/fit_report.json")):
+        enc, area = report.parent.parent.name, report.parent.name
+        label = f"{enc}/{area}"
+        fit = json.loads(report.read_text())
+        cond = read(f"diffusion/{enc}/{area}/conditioning.json")
+        print(
+            f"{label:18} {fit['val_corr_clean']:6.3f} {fit['response_std']:6.3f} "
+            f"{cond.get('pair_mean', float('nan')):9.2e} "
+            f"{cond.get('other_image_mean', float('nan')):9.2e} "
+            f"{_at(ceiling.get(label, {}).get('G'), k):>13} "
+            f"{_at(truth.get(label, {}).get('G'), k):>13} "
+            f"{_at(truth.get(label, {}).get('J'), k):>13}"
+        )
+    metrics = read("metrics/cross_encoder_metrics.json").get("pairs", {})
+    for label, pair in sorted(metrics.items()):
+        print(f"{label:60} A_{k} = {_at(pair, k)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+# References for the figure: the Monte-Carlo noise ceiling (a second estimate of the
+# first `noise_ceiling_images` images of every configuration, other seeds) and, for the
+# demo's synthetic areas, the ground truth (each area's own Fisher information).
+
+from multigeom_workflow.science import ceiling_estimator
+
+
+rule estimate_image_ceiling:
+    # The per-image job of rules/estimate.smk, with the estimator seeded with
+    # seed + 10**6 + i: a second, independent Monte-Carlo estimate of image i.
+    input:
+        unpack(get_estimate_inputs),
+    output:
+        f"{RUNS}/per_image_ceiling/{{encoder}}/{{area}}/img{{index}}.pt",
+    params:
+        estimator=ceiling_estimator(SCENARIO.estimator),
+        diffusion=SCENARIO.diffusion,
+    log:
+        "logs/estimate_image_ceiling/{encoder}/{area}/img{index}.log",
+    benchmark:
+        "benchmarks/estimate_image_ceiling/{encoder}/{area}/img{index}.tsv"
+    group:
+        get_shard if SHARDED else None
+    threads: 1
+    resources:
+        gpu=ESTIMATE_GPUS,
+        runtime=ESTIMATE_RUNTIME_MIN,  # minutes, for SLURM only (rules/plan.smk)
+    shell:
+        ESTIMATE_IMAGE_SHELL
+
+
+rule align_ceiling:
+    localrule: True
+    input:
+        first=get_ceiling_files("first"),
+        second=get_ceiling_files("second"),
+    output:
+        f"{RUNS}/metrics/noise_ceiling.json",
+    params:
+        max_k=SCENARIO.top_k,
+    log:
+        "logs/align_ceiling.log",
+    script:
+        "../scripts/align_ceiling.py"
+
+
+rule align_truth:
+    localrule: True
+    input:
+        per_image=[f for c in DEMO_CONFIGS for f in SCENARIO.per_image_files(c)],
+        truth=get_truth_files(),
+    output:
+        f"{RUNS}/metrics/ground_truth.json",
+    params:
+        max_k=SCENARIO.top_k,
+    log:
+        "logs/align_truth.log",
+    script:
+        "../scripts/align_truth.py"
+
+
+rule plot_ground_truth:
+    localrule: True
+    input:
+        truth=rules.align_truth.output[0],
+    output:
+        png=f"{RESULTS}/ground_truth.png",
+        pdf=f"{RESULTS}/ground_truth.pdf",
+    log:
+        "logs/plot_ground_truth.log",
+    script:
+        "../scripts/plot_ground_truth.py"

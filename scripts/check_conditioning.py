@@ -1,0 +1,34 @@
+"""Rule check_conditioning: does the diffusion model's prediction depend on r?"""
+
+import json
+
+import torch
+
+from multigeom_workflow.demo import conditioning_sensitivity
+from multigeom_workflow.estimate import load_models
+from multigeom_workflow.files import atomic_path
+from multigeom_workflow.jobs import job_log
+
+with job_log(snakemake.log[0]):
+    torch.set_num_threads(snakemake.threads)
+    models = load_models(
+        snakemake.input.encoder,
+        snakemake.input.diffusion,
+        snakemake.params.diffusion,
+        "cpu",
+    )
+    grid = snakemake.params.estimator["monte_carlo"]["timestep_grid"]
+    crops = torch.load(snakemake.input.crops)
+    result = conditioning_sensitivity(
+        models.encoder,
+        models.unet,
+        models.alphas_cumprod,
+        crops[-snakemake.params.n_images :],
+        list(range(grid["start"], grid["stop"] + 1, grid["step"])),
+        snakemake.params.estimator["monte_carlo"]["observation_noise_sigma"],
+    )
+    result |= {"encoder": snakemake.wildcards.encoder, "area": snakemake.wildcards.area}
+    with atomic_path(snakemake.output[0]) as tmp:
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+    print(result)

@@ -1,0 +1,226 @@
+"""The figure's references: noise ceiling, ground truth, poor-encoder warning."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import CONFIGURATIONS, planned_jobs, run_snakemake
+
+from multigeom_workflow.demo import (
+    area_fisher,
+    conditioning_sensitivity,
+    cut_training_crops,
+    encoder_warnings,
+    load_teacher,
+    simulate_area,
+)
+from multigeom_workflow.science import (
+    CEILING_SEED_OFFSET,
+    ceiling_estimator,
+    noise_ceiling,
+    truth_alignment,
+)
+
+P, K = 4096, 6
+
+
+def _rotated_basis(theta: float) -> torch.Tensor:
+    """Rows e_0..e_{K-1} of R^P, the first turned by `theta` towards e_K."""
+    v = torch.zeros(K, P)
+    v[torch.arange(K), torch.arange(K)] = 1.0
+    v[0, 0], v[0, K] = math.cos(theta), math.sin(theta)
+    return v
+
+
+def _per_image(path, index: int, g: torch.Tensor, j: torch.Tensor) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = torch.arange(K, 0, -1, dtype=torch.float32)
+    torch.save(
+        {
+            "img_idx": index,
+            "G_eigenvalues": values,
+            "G_eigenvectors": g,
+            "J_eigenvalues": values,
+            "J_eigenvectors": j,
+        },
+        path,
+    )
+    return str(path)
+
+
+def test_noise_ceiling_of_two_seeds_has_its_closed_form(tmp_path):
+    # Two images of one configuration; the second estimate of image i has its first
+    # G eigenvector turned by theta_i: A_k = (cos^2 theta_i + k - 1) / k, and J equal.
+    thetas = {0: 0.3, 1: 1.1}
+    first, second = [], []
+    for i, theta in thetas.items():
+        base = _rotated_basis(0.0)
+        first.append(_per_image(tmp_path / f"a/enc/ar/img{i:04d}.pt", i, base, base))
+        second.append(
+            _per_image(
+                tmp_path / f"b/enc/ar/img{i:04d}.pt", i, _rotated_basis(theta), base
+            )
+        )
+    out = tmp_path / "ceiling.json"
+    result = noise_ceiling(first, second, K, out)
+    assert json.loads(out.read_text()) == result
+    curves = result["configurations"]["enc/ar"]
+    k = np.arange(1, K + 1)
+    per_image = np.array([(math.cos(t) ** 2 + k - 1) / k for t in thetas.values()])
+    assert curves["G"]["n_images"] == 2
+    np.testing.assert_allclose(curves["G"]["alignment_mean"], per_image.mean(0))
+    np.testing.assert_allclose(
+        curves["G"]["alignment_sem"], per_image.std(0, ddof=1) / math.sqrt(2)
+    )
+    np.testing.assert_allclose(curves["J"]["alignment_mean"], np.ones(K))
+
+
+def test_ceiling_estimator_only_moves_the_seed():
+    estimator = {"seed": 42, "top_k": 5, "monte_carlo": {"n_samples": 4}}
+    assert ceiling_estimator(estimator) == {**estimator, "seed": 42 + 10**6}
+    assert CEILING_SEED_OFFSET == 10**6
+
+
+def test_truth_alignment_pairs_configurations_with_their_area(tmp_path):
+    truth_vecs = _rotated_basis(0.0)
+    truth = tmp_path / "ground_truth/simple/img0000.pt"
+    truth.parent.mkdir(parents=True)
+    torch.save(
+        {"J_eigenvalues": torch.ones(K), "J_eigenvectors": truth_vecs}, str(truth)
+    )
+    theta = 0.7
+    files = [
+        _per_image(
+            tmp_path / "per_image/enc/simple/img0000.pt",
+            0,
+            _rotated_basis(theta),
+            truth_vecs,
+        ),
+        _per_image(  # an area without truth is left out
+            tmp_path / "per_image/enc/V1/img0000.pt", 0, truth_vecs, truth_vecs
+        ),
+    ]
+    result = truth_alignment(files, [truth], K)
+    assert list(result["configurations"]) == ["enc/simple"]
+    curves = result["configurations"]["enc/simple"]
+    k = np.arange(1, K + 1)
+    np.testing.assert_allclose(
+        curves["G"]["alignment_mean"], (math.cos(theta) ** 2 + k - 1) / k
+    )
+    np.testing.assert_allclose(curves["J"]["alignment_mean"], np.ones(K))
+
+
+def test_area_fisher_matches_finite_differences():
+    # J_area = sigma^-2 J_f^T J_f with J_f by central differences of the GaborTeacher
+    # (in float64), against upstream's autograd eigendecomposition.
+    crops = cut_training_crops(40, seed=3)
+    area = simulate_area("complex", crops, seed=0, noise_sigma=0.22)
+    image = crops[:1]
+    truth = area_fisher(area, image, top_k=10)
+    teacher = load_teacher(area).double()
+    x = image.double().flatten()
+    h = 1e-4
+    jac = torch.empty(50, P, dtype=torch.float64)
+    with torch.no_grad():
+        for start in range(0, P, 512):
+            idx = torch.arange(start, start + 512)
+            step = torch.zeros(512, P, dtype=torch.float64)
+            step[torch.arange(512), idx] = h
+            plus = teacher((x + step).view(-1, 1, 64, 64))
+            minus = teacher((x - step).view(-1, 1, 64, 64))
+            jac[:, idx] = ((plus - minus) / (2 * h)).T
+    fisher = jac.T @ jac / 0.22**2
+    values, vectors = torch.linalg.eigh(fisher)
+    values, vectors = values.flip(0)[:10], vectors.flip(1)[:, :10].T
+    np.testing.assert_allclose(truth["J_eigenvalues"], values, rtol=1e-3)
+    overlap = truth["J_eigenvectors"].double() @ vectors.T
+    assert float((overlap**2).sum()) / 10 > 0.999
+    assert truth["J_eigenvectors"].shape == (10, P)
+    assert truth["sigma"] == 0.22
+
+
+def test_encoder_warning_names_figure_threshold_and_value():
+    bad = {"val_corr_clean": 0.17, "response_std": 0.002, "noise_sigma": 0.22}
+    (line,) = encoder_warnings("onoff/complex", bad, 0.5, "results/fig4de.png")
+    assert line.startswith("warning: encoder onoff/complex: ")
+    assert "correlation 0.170" in line and "< 0.5 (demo.min_val_corr)" in line
+    assert "response std 0.002" in line and "< sigma = 0.22" in line
+    assert "results/fig4de.png" in line and "\n" not in line
+    good = {"val_corr_clean": 0.7, "response_std": 0.6, "noise_sigma": 0.22}
+    assert encoder_warnings("smallcnn/complex", good, 0.5, "f") == []
+    low_scale = {**good, "response_std": 0.1}
+    (line,) = encoder_warnings("smallcnn/complex", low_scale, 0.5, "f")
+    assert "correlation" not in line and "response std 0.100" in line
+
+
+def test_conditioning_sensitivity_is_zero_for_a_model_that_ignores_r():
+    class Unet(torch.nn.Module):
+        def __init__(self, gain):
+            super().__init__()
+            self.gain = gain
+
+        def forward(self, x_t, t, r):
+            return x_t + self.gain * r.mean(dim=1).view(-1, 1, 1, 1)
+
+    encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(P, 3))
+    images = torch.rand(4, 1, 64, 64) * 2 - 1
+    schedule = torch.linspace(0.99, 0.01, 1000)
+    blind = conditioning_sensitivity(
+        encoder, Unet(0.0), schedule, images, [100, 600], 0.22
+    )
+    assert blind["pair"] == [0.0, 0.0] and blind["other_image_mean"] == 0.0
+    seeing = conditioning_sensitivity(
+        encoder, Unet(5.0), schedule, images, [100, 600], 0.22
+    )
+    assert seeing["pair_mean"] > 0.01 and seeing["timesteps"] == [100, 600]
+
+
+def test_reduced_demo_draws_ceiling_and_truth(tiny_run):
+    ceiling = json.loads((tiny_run / "runs/metrics/noise_ceiling.json").read_text())
+    labels = sorted(f"{e}/{a}" for e, a in CONFIGURATIONS)
+    assert sorted(ceiling["configurations"]) == labels
+    for curves in ceiling["configurations"].values():
+        assert curves["G"]["n_images"] == 1
+        # J has no Monte-Carlo part: both estimates agree (near-degenerate pairs may
+        # turn within their span, so the subspace of all top_k is compared).
+        assert curves["J"]["alignment_mean"][-1] == pytest.approx(1.0, abs=1e-4)
+    truth = json.loads((tiny_run / "runs/metrics/ground_truth.json").read_text())
+    assert sorted(truth["configurations"]) == labels
+    for name in ("ground_truth.png", "ground_truth.pdf"):
+        assert (tiny_run / "results" / name).stat().st_size > 1000
+    for enc, area in CONFIGURATIONS:
+        report = tiny_run / f"runs/diffusion/{enc}/{area}/conditioning.json"
+        assert set(json.loads(report.read_text())) >= {"pair_mean", "timesteps"}
+
+
+def test_more_ceiling_images_recompute_no_first_estimate(tiny_copy):
+    result = run_snakemake(tiny_copy, "-n", "--config", "noise_ceiling_images=2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    jobs = planned_jobs(result)
+    assert jobs.get("estimate_image_ceiling") == 4
+    assert "estimate_image" not in jobs
+
+
+def test_run_start_warns_once_per_poor_encoder(tiny_copy):
+    # The reduced demo's onoff encoders cannot predict Gabor cells (and its smallcnn
+    # ones are fitted on 58 crops): a warning line each, before the plan.
+    result = run_snakemake(tiny_copy, "-n")
+    lines = [
+        line for line in result.stderr.splitlines() if line.startswith("warning: enc")
+    ]
+    assert len(lines) == len(CONFIGURATIONS)
+    assert any("onoff/complex" in line for line in lines)
+    assert all("(demo.min_val_corr)" in line or "sigma" in line for line in lines)
+
+
+def test_too_many_ceiling_images_is_one_line(tiny_copy):
+    result = run_snakemake(tiny_copy, "-n", "--config", "noise_ceiling_images=3")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "config error: config key 'noise_ceiling_images' = 3: at most n_images (2); "
+        "the ceiling compares images of the run"
+    )
