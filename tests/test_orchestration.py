@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +68,14 @@ def compute_intervals(entries: list[dict], unended: float) -> dict[str, list[tup
     return slots
 
 
+@pytest.fixture
+def short_root():
+    """A folder with a short path (Unix socket paths are limited), removed after."""
+    root = Path(tempfile.mkdtemp(prefix="mgw", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def wait_for_workers_to_end(locks: Path, timeout=20.0) -> list[Path]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -78,8 +87,8 @@ def wait_for_workers_to_end(locks: Path, timeout=20.0) -> list[Path]:
 
 
 @pytest.mark.parametrize("workers", ["warm", "cold"])
-def test_a_killed_run_then_a_rerun(tmp_path, workers):
-    root = Path(tempfile.mkdtemp(prefix="mgw", dir="/tmp"))  # short socket paths
+def test_a_killed_run_then_a_rerun(tmp_path, short_root, workers):
+    root = short_root
     cmd, env = simulated_run(
         root,
         tmp_path / "work",
@@ -169,8 +178,8 @@ def test_a_killed_run_then_a_rerun(tmp_path, workers):
         assert "Traceback" not in logs
 
 
-def test_local_gpu_profile_runs_one_job_per_gpu(tmp_path):
-    root = Path(tempfile.mkdtemp(prefix="mgw", dir="/tmp"))
+def test_local_gpu_profile_runs_one_job_per_gpu(tmp_path, short_root):
+    root = short_root
     config, env = simulated_scenario(root, 4, 6)
     env = {
         **os.environ,
