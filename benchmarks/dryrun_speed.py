@@ -26,6 +26,8 @@ from pathlib import Path
 
 import yaml
 
+from multigeom_workflow.standin import write_test_images
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -33,8 +35,7 @@ def scenario(root: Path, n_images: int, n_files: int) -> Path:
     images = root / "images"
     if not images.is_dir():
         images.mkdir()
-        for i in range(n_files):
-            (images / f"im{i:05d}.png").touch()
+        write_test_images(images, n_files)
     configs = []
     for enc in ("inception", "resnet50"):
         for area in ("V1", "V4"):

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,10 +46,10 @@ def main(argv=None):
     targets = [
         f"runs/per_image/{enc}/{area}/img{i:04d}.pt"
         for enc, area in [
-            ("onoff", "complex"),
-            ("smallcnn", "complex"),
-            ("onoff", "simple"),
-            ("smallcnn", "simple"),
+            (c["encoder"], c["area"])
+            for c in yaml.safe_load((REPO / "config" / "config.yaml").read_text())[
+                "configs"
+            ]
         ]
         for i in range(8)
     ]

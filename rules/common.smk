@@ -106,13 +106,19 @@ wildcard_constraints:
 
 def get_final_outputs():
     """
-    Every per-image file, Stage 5's metrics, the figure and the report's tables. The per-image files are
-    targets themselves, so that one deleted after the figure was drawn is recomputed.
+    Every per-image file, Stage 5's metrics, the figure, the report's tables and the
+    references (noise ceiling, ground truth). The per-image files are targets
+    themselves, so that one deleted after the figure was drawn is recomputed.
     Without two comparable configurations (`Scenario.stage5_skipped`), the per-image
-    files only.
+    files, their check and the references that need no comparison (noise ceiling,
+    ground truth).
     """
     if SCENARIO.stage5_skipped:
-        return SCENARIO.per_image_files()
+        return [
+            *SCENARIO.per_image_files(),
+            f"{RUNS}/metrics/per_image_checked.tsv",
+            *get_science_outputs(),
+        ]
     return [
         *SCENARIO.per_image_files(),
         f"{RUNS}/metrics/cross_encoder_metrics.json",

@@ -71,7 +71,8 @@ rule fit_demo_encoder:
     input:
         crops=rules.cut_training_crops.output[0],
         area=rules.simulate_area.output[0],
-        test_images=SCENARIO.test_image_files[: SCENARIO.n_images],
+        # every demo photograph (a fixed list: changing n_images refits nothing)
+        test_images=ancient(rules.export_demo_photos.output),
     output:
         encoder=f"{RUNS}/encoders/{{encoder}}/{{area}}/best_model.pt",
         report=f"{RUNS}/encoders/{{encoder}}/{{area}}/fit_report.json",
@@ -84,8 +85,6 @@ rule fit_demo_encoder:
         seed=DEMO["seed"],
         backbone_epochs=DEMO["backbone_epochs"],
         backbone_lr=DEMO["backbone_lr"],
-        min_corr=DEMO["min_val_corr"],
-        figures=SCIENCE_FIGURES,
     log:
         "logs/fit_demo_encoder/{encoder}/{area}.log",
     threads: 1

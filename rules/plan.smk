@@ -42,7 +42,7 @@ SLURM_RUN = any(
 _slurm = (
     slurm_estimate(
         SCENARIO,
-        read_timings(SCENARIO.per_image_files()),
+        read_timings(SCENARIO.per_image_files(), engine=SCENARIO.engine),
         workflow.resource_settings.nodes,
     )
     if SLURM_RUN

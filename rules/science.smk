@@ -34,6 +34,7 @@ rule align_ceiling:
     input:
         first=get_ceiling_files("first"),
         second=get_ceiling_files("second"),
+        checked=rules.verify_per_image_files.output[0],  # the first estimates are good
     output:
         f"{RUNS}/metrics/noise_ceiling.json",
     params:
@@ -49,6 +50,7 @@ rule align_truth:
     input:
         per_image=[f for c in DEMO_CONFIGS for f in SCENARIO.per_image_files(c)],
         truth=get_truth_files(),
+        checked=rules.verify_per_image_files.output[0],  # the per-image files are good
     output:
         f"{RUNS}/metrics/ground_truth.json",
     params:
@@ -64,7 +66,12 @@ rule plot_ground_truth:
     input:
         truth=rules.align_truth.output[0],
     output:
-        png=f"{RESULTS}/ground_truth.png",
+        png=report(
+            f"{RESULTS}/ground_truth.png",
+            caption="../report/ground_truth.rst",
+            category="Figure",
+            labels={"figure": "Ground truth"},
+        ),
         pdf=f"{RESULTS}/ground_truth.pdf",
     log:
         "logs/plot_ground_truth.log",

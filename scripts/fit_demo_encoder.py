@@ -32,8 +32,13 @@ with job_log(snakemake.log[0]):
         with open(tmp, "w") as f:
             json.dump(metadata, f, indent=1)
     print(metadata)
-# Outside the log: the run's own output shows it.
+# Outside the log: the run's own output shows it. The threshold and the figures' names
+# are not params: changing them must not refit the encoder (and recompute what follows).
+results = snakemake.config["results_dir"].rstrip("/")
 for line in encoder_warnings(
-    f"{wildcards.encoder}/{wildcards.area}", metadata, params.min_corr, params.figures
+    f"{wildcards.encoder}/{wildcards.area}",
+    metadata,
+    snakemake.config["demo"]["min_val_corr"],
+    f"{results}/fig4de.png and {results}/ground_truth.png",
 ):
     print(line, file=sys.stderr)

@@ -44,11 +44,24 @@ def snakemake_with(tmp_path, config, *args, env=None):
 BAD = [
     # (changes, environment, words the one line must hold)
     (
-        {"seed": 10**20},
+        {"seed": 10**20, "noise_ceiling_images": 0},
         {},
         ["'seed' = 100000000000000000000", "seed + i", "0 to 18446744073709551614"],
     ),
-    ({"seed": -1}, {}, ["'seed' = -1", "0 to 18446744073709551614"]),
+    (
+        {"seed": -1, "noise_ceiling_images": 0},
+        {},
+        ["'seed' = -1", "0 to 18446744073709551614"],
+    ),
+    (  # the noise ceiling's second estimates are seeded seed + 10**6 + i
+        {"seed": 2**64 - 10**6, "noise_ceiling_images": 1},
+        {},
+        [
+            "'seed' = 18446744073708551616",
+            "seed + 1000000 + i",
+            "0 to 18446744073708551615",
+        ],
+    ),
     (
         {"device": "cuda:99"},
         {"CUDA_VISIBLE_DEVICES": "0"},
@@ -93,9 +106,15 @@ def test_seed_bound_is_torchs():
     torch.Generator().manual_seed(MAX_SEED)
     with pytest.raises(RuntimeError, match="Overflow"):
         torch.Generator().manual_seed(MAX_SEED + 1)
-    validated_scenario(tiny(seed=MAX_SEED - 1), REPO)  # images 0, 1: the last fits
+    plain = {"noise_ceiling_images": 0}
+    validated_scenario(tiny(seed=MAX_SEED - 1, **plain), REPO)  # images 0, 1: fit
     with pytest.raises(ConfigError, match="'seed'"):
-        validated_scenario(tiny(seed=MAX_SEED), REPO)
+        validated_scenario(tiny(seed=MAX_SEED, **plain), REPO)
+    # one noise-ceiling image: seeded seed + 10**6, the largest seed of the run
+    ceiling = {"noise_ceiling_images": 1}
+    validated_scenario(tiny(seed=MAX_SEED - 10**6, **ceiling), REPO)
+    with pytest.raises(ConfigError, match="noise-ceiling"):
+        validated_scenario(tiny(seed=MAX_SEED - 10**6 + 1, **ceiling), REPO)
 
 
 @pytest.mark.parametrize(
@@ -318,3 +337,13 @@ def test_read_only_write_is_named(tmp_path):
     line = write_error_line(err, tmp_path / "runs/per_image/a/b/img0000.pt")
     assert line.startswith(f"{tmp_path}/runs/per_image/a/b/img0000.pt: could not be")
     assert f"{tmp_path} is read-only for this user (Permission denied)" in line
+
+
+def test_estimator_without_j_is_refused(tmp_path):
+    """fisher_baseline.enabled: false would write files without J(x), all bad."""
+    est = yaml.safe_load((REPO / "tests" / "data" / "estimator_tiny.yaml").read_text())
+    est.setdefault("fisher_baseline", {})["enabled"] = False
+    est_file = tmp_path / "no_j.yaml"
+    est_file.write_text(yaml.safe_dump(est))
+    with pytest.raises(ConfigError, match="fisher_baseline.enabled = false"):
+        validated_scenario(tiny(estimator=str(est_file)), REPO)

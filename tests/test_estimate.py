@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import REPO
+from conftest import REPO, TINY_CONFIG
 
 from multigeom_workflow.estimate import estimate_to_file, load_models
 
@@ -35,7 +35,8 @@ job = json.loads(sys.argv[1])
 models = load_models(job["encoder"], job["diffusion"], job["diffusion_settings"], "cpu")
 for i in job["indices"]:
     estimate_to_file(models, job["images"][i], i, f"{job['out']}/img{i:04d}.pt",
-                     job["estimator"], encoder_name=job["name"][0], area=job["name"][1])
+                     job["estimator"], encoder_name=job["name"][0], area=job["name"][1],
+                     engine=job["engine"])
 """
 
 
@@ -60,6 +61,8 @@ def run_worker(tiny_run, out, indices):
         "indices": list(indices),
         "out": str(out),
         "name": [ENCODER, AREA],
+        # the engine of the workflow's own files (compared below)
+        "engine": yaml.safe_load(TINY_CONFIG.read_text()).get("engine", "fast"),
     }
     cmd = [sys.executable, "-c", WORKER, json.dumps(job)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)

@@ -261,6 +261,8 @@ def test_request_from_json_gives_the_warm_workers_tensors(tiny_run, monkeypatch)
             key: str(resolve_settings_file(config[key], key, REPO))
             for key in ("estimator", "diffusion")
         },
+        engine=scenario.engine,  # the run's engine and precision, as RunSettings
+        precision=scenario.precision,
     )
     request = EstimateRequest.from_json(request.to_json())
     threads = torch.get_num_threads()

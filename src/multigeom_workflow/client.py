@@ -71,7 +71,8 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
         diffusion_ckpt=os.path.abspath(diffusion_ckpt),
         diffusion=diffusion,
         settings_files=run.settings_files,
-        seed=run.seed,
+        # the seed the draws are made from (a noise-ceiling estimate has its own)
+        seed=int(estimator.get("seed", run.seed)),
         engine=run.engine,
         precision=run.precision,
     )

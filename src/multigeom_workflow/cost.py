@@ -187,14 +187,15 @@ def read_timings(
     for path in existing[:limit]:
         try:
             d = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:  # a file of another format: not a measurement
-            continue
-        prov = d.get("provenance") or {}
-        if engine is not None and prov.get("engine", "upstream") != engine:
-            continue
-        if prov.get("device"):
-            name = str(prov.get("device_name", ""))
-            timings.append((str(prov["device"]), name, float(d["elapsed_seconds"])))
+            prov = d.get("provenance") or {}
+            if engine is not None and prov.get("engine", "upstream") != engine:
+                continue
+            if prov.get("device"):
+                name = str(prov.get("device_name", ""))
+                seconds = float(d["elapsed_seconds"])
+                timings.append((str(prov["device"]), name, seconds))
+        except Exception:  # a damaged file or another format: not a measurement
+            continue  # (`multigeom-workflow verify` names it)
     return timings
 
 

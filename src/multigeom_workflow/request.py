@@ -52,9 +52,11 @@ class EstimateRequest:
         Name (``estimator``, ``diffusion``) -> settings file, for upstream's
         provenance record.
     seed : int
-        The run's seed, for the provenance record.
+        The seed of the draws, for the provenance record: the run's seed (a
+        noise-ceiling estimate: its own, from `params.estimator`).
     engine : str
-        The estimator's implementation (config key ``engine``; ``"upstream"``).
+        The estimator's implementation (config key ``engine``: ``"fast"``, the default,
+        or ``"upstream"``).
     precision : str
         The arithmetic of the estimate (config key ``precision``; ``"fp32"``).
     """
@@ -70,7 +72,7 @@ class EstimateRequest:
     diffusion: dict
     settings_files: dict = field(default_factory=dict)
     seed: int = 42
-    engine: str = "upstream"
+    engine: str = "fast"
     precision: str = "fp32"
 
     def to_json(self) -> str:
@@ -145,7 +147,7 @@ class RunSettings:
         Name -> settings file, for upstream's provenance record.
     seed : int
     engine, precision : str
-        Config keys ``engine`` and ``precision`` (defaults ``"upstream"``, ``"fp32"``).
+        Config keys ``engine`` and ``precision`` (defaults ``"fast"``, ``"fp32"``).
     """
 
     run_id: str
@@ -155,7 +157,7 @@ class RunSettings:
     warm: bool = True
     settings_files: dict = field(default_factory=dict)
     seed: int = 42
-    engine: str = "upstream"
+    engine: str = "fast"
     precision: str = "fp32"
 
     def to_env(self) -> dict[str, str]:

@@ -384,6 +384,12 @@ def _check_estimator(
             f"{len(timesteps)} timesteps x {n_samples} samples = {rows} rows, so at "
             f"most {min(rows, N_PIXELS)} eigenvectors of G(x) are allowed"
         )
+    if not (est.get("fisher_baseline") or {}).get("enabled", True):
+        raise ConfigError(
+            f"config key 'estimator' = {str(est_file)!r}: fisher_baseline.enabled = "
+            "false; the workflow compares J(x) too (panel E, every per-image file "
+            "holds it): allowed: true (or leave the key out)"
+        )
     n_neurons = int(_get(diff, "conditioning.mlp_layers", "diffusion", diff_file)[0])
     if top_k > n_neurons:
         raise ConfigError(
@@ -478,13 +484,23 @@ def _normalise_test_images_path(config: dict) -> tuple[str, ...]:
     return ()
 
 
-def _check_seed(seed: int, n_images: int):
-    """Image i is seeded with seed + i: every one must fit `torch.Generator`."""
-    if seed < 0 or seed + n_images - 1 > MAX_SEED:
+def _check_seed(seed: int, n_images: int, ceiling_images: int = 0):
+    """
+    Image i is seeded with seed + i, and its noise-ceiling estimate with
+    seed + `CEILING_SEED_OFFSET` + i: every one must fit `torch.Generator`.
+    """
+    from .science import CEILING_SEED_OFFSET
+
+    offset = n_images - 1
+    if ceiling_images:
+        offset = max(offset, CEILING_SEED_OFFSET + ceiling_images - 1)
+    if seed < 0 or seed + offset > MAX_SEED:
         raise ConfigError(
-            f"config key 'seed' = {seed}: image i is seeded with seed + i, which "
+            f"config key 'seed' = {seed}: image i is seeded with seed + i (and its "
+            f"noise-ceiling estimate with seed + {CEILING_SEED_OFFSET} + i), which "
             f"torch.Generator.manual_seed takes from 0 to 2**64 - 1; allowed with "
-            f"n_images = {n_images}: 0 to {MAX_SEED - n_images + 1}"
+            f"n_images = {n_images}, noise_ceiling_images = {ceiling_images}: 0 to "
+            f"{MAX_SEED - offset}"
         )
 
 
@@ -696,7 +712,9 @@ def load_scenario(
     )
     if listed and not remote:  # files already there: each must read as an image
         _check_readable(files[:n_images])
-    _check_seed(int(config["seed"]), n_images)
+    _check_seed(
+        int(config["seed"]), n_images, int(config.get("noise_ceiling_images") or 0)
+    )
     _check_device(str(config["device"]))
     if not remote:
         _check_writable(config, runs_dir, configurations)

@@ -31,6 +31,7 @@ __all__ = [
     "RECORD_ENV",
     "STANDIN_ENV",
     "estimate_standin",
+    "write_test_images",
     "record",
     "simulated_configurations",
     "simulated_scenario",
@@ -112,8 +113,7 @@ def simulated_scenario(root: Path, n_configs: int, n_images: int) -> tuple[Path,
         (weights / name).touch()
     images = root / "images"
     images.mkdir(parents=True, exist_ok=True)
-    for i in range(n_images):
-        (images / f"im{i:05d}.png").touch()
+    write_test_images(images, n_images)
     configs = []
     for encoder, area in simulated_configurations(n_configs):
         ckpts = {}
@@ -132,6 +132,22 @@ def simulated_scenario(root: Path, n_configs: int, n_images: int) -> tuple[Path,
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path, {"TORCH_HOME": str(root / "torch")}
+
+
+def write_test_images(folder: Path, n: int) -> None:
+    """
+    `n` readable 64 x 64 grayscale PNG test images ``im00000.png`` ... in `folder`
+    (one written, the others hard links to it): the configuration check opens every
+    test image of a run.
+    """
+    from PIL import Image
+
+    first = folder / "im00000.png"
+    Image.new("L", (64, 64), 128).save(first)
+    for i in range(1, n):
+        other = folder / f"im{i:05d}.png"
+        if not other.exists():
+            os.link(first, other)
 
 
 def simulated_configurations(n_configs: int) -> list[tuple[str, str]]:
