@@ -184,8 +184,12 @@ def prepare_estimate_jobs():
     --resources gpu=N gave it) instead of jobs waiting on each other's slot.
     """
     clean_after_killed_runs(
-        os.path.dirname(SCENARIO.per_image_file(c.encoder, c.area, 0))
+        folder
         for c in SCENARIO.configurations
+        for folder in (
+            os.path.dirname(SCENARIO.per_image_file(c.encoder, c.area, 0)),
+            f"{RUNS}/per_image_ceiling/{c.encoder}/{c.area}",  # rules/science.smk
+        )
     )
     given = dict(workflow.resource_settings.resources)
     scheduler = getattr(workflow, "scheduler", None)
