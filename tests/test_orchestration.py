@@ -220,7 +220,7 @@ def test_request_json_round_trip():
     )
     back = EstimateRequest.from_json(request.to_json())
     assert back == request
-    assert (back.engine, back.precision) == ("upstream", "fp32")
+    assert (back.engine, back.precision) == ("fast", "fp32")
     with pytest.raises(
         ValueError, match=r"unknown fields of an estimate request: \['gpu'\]"
     ):

@@ -106,11 +106,13 @@ def test_resume_recomputes_only_the_deleted_image(tiny_copy):
     assert dry.returncode == 0, dry.stderr
     jobs = planned_jobs(dry)
     assert jobs["estimate_image"] == 1
-    # Stage 5, the figure, the report's tables, and the alignment with the ground
-    # truth (every image); the noise ceiling's (image 0 only) is not redone.
+    # Stage 5, the figure, the report's tables, and the alignments with the ground
+    # truth and the noise ceiling (after the per-image check); the ceiling's second
+    # estimate (image 0 only) is not redone.
     assert set(jobs) == {
         "estimate_image",
         "verify_per_image_files",
+        "align_ceiling",
         "align_configs",
         "plot_fig4de",
         "summarize_run",
