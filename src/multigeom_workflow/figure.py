@@ -122,13 +122,7 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS, ceiling: dict | None = 
             )
             k_max = max(k_max, int(k[-1]))
         _plot_ceiling(ax, ceiling, metric)
-        k = np.arange(1, k_max + 1)
-        ax.plot(k, k / n_pixels, ":", color="black", label="chance k/P")
-        ax.set_title(title)
-        ax.set_xlabel("k (top-k eigenvectors)")
-        ax.set_xlim(1, k_max)
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
+        _finish_axis(ax, k_max, n_pixels, title)
     axes[0].set_ylabel(r"subspace alignment $\mathcal{A}_k = \|V_A^\top V_B\|_F^2 / k$")
     axes[1].legend(
         loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False
@@ -213,13 +207,7 @@ def plot_ground_truth(truth: dict, n_pixels: int = N_PIXELS):
             ax.plot(k, mean, style, color=color, label=label)
             k_max = max(k_max, int(k[-1]))
             n_images.add(int(c["n_images"]))
-        k = np.arange(1, k_max + 1)
-        ax.plot(k, k / n_pixels, ":", color="black", label="chance k/P")
-        ax.set_title(titles[metric])
-        ax.set_xlabel("k (top-k eigenvectors)")
-        ax.set_xlim(1, k_max)
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
+        _finish_axis(ax, k_max, n_pixels, titles[metric])
     axes[0].set_ylabel(r"alignment with the truth $\mathcal{A}_k$")
     axes[1].legend(
         loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False
@@ -240,3 +228,17 @@ def save_figure(fig, *paths: str | Path, dpi: int = 150) -> None:
             fig.savefig(
                 tmp, format=Path(path).suffix.lstrip("."), dpi=dpi, bbox_inches="tight"
             )
+
+
+def _finish_axis(ax, k_max: int, n_pixels: int, title: str) -> None:
+    """
+    The chance level k/P (P = `n_pixels`) for k = 1..`k_max` as a dotted line, and the
+    panel's title, k axis, alignment range [0, 1] and grid.
+    """
+    k = np.arange(1, k_max + 1)
+    ax.plot(k, k / n_pixels, ":", color="black", label="chance k/P")
+    ax.set_title(title)
+    ax.set_xlabel("k (top-k eigenvectors)")
+    ax.set_xlim(1, k_max)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
