@@ -32,7 +32,7 @@ def main(argv=None):
     inside = [torch.load(f, weights_only=False)["elapsed_seconds"] for f in files]
     bench = {
         rule.name: [pd.read_csv(t, sep="\t")["s"].iloc[0] for t in rule.rglob("*.tsv")]
-        for rule in sorted((work / "benchmarks").iterdir())
+        for rule in sorted((work / "logs" / "benchmarks").iterdir())
         if rule.is_dir()
     }
     jobs = bench.get("estimate_image", [])

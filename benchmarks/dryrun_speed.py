@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from multigeom_workflow.standin import write_test_images
+from multigeom_workflow.compute.standin import write_test_images
 
 REPO = Path(__file__).resolve().parents[1]
 

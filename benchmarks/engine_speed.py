@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def settings(name: str, **monte_carlo) -> object:
-    from multigeom_workflow.scenario import resolve_settings_file, to_namespace
+    from multigeom_workflow.settings.files import resolve_settings_file, to_namespace
 
     est = yaml.safe_load(resolve_settings_file(name, "estimator", REPO).read_text())
     est["monte_carlo"].update(monte_carlo)
@@ -46,7 +46,7 @@ def models(diffusion: str, device: torch.device):
     from multigeom.encoders.backbones import SmallCNNBackbone
     from multigeom.encoders.neural import NeuralEncoder
 
-    from multigeom_workflow.scenario import resolve_settings_file, to_namespace
+    from multigeom_workflow.settings.files import resolve_settings_file, to_namespace
 
     torch.manual_seed(0)
     cfg = to_namespace(
@@ -74,7 +74,7 @@ def run(engine, x, encoder, unet, ac, cfg, device, precision="fp32"):
     """(G output, J output, seconds) of one image by `engine`."""
     from multigeom.pipeline.per_image import estimate_image
 
-    from multigeom_workflow.engine import estimate_image_fast
+    from multigeom_workflow.compute.engine import estimate_image_fast
 
     sync(device)
     t0 = time.perf_counter()
@@ -113,7 +113,7 @@ def compare(label, x, enc, unet, ac, cfg, device, threads):
 
 
 def eigen_step(threads):
-    from multigeom_workflow.engine import top_eigenpairs
+    from multigeom_workflow.compute.engine import top_eigenpairs
 
     g = torch.Generator().manual_seed(0)
     D = torch.randn(4800, 4096, generator=g) * torch.logspace(0, -3, 4096)

@@ -1,13 +1,13 @@
 """
 Throughput of the orchestration alone, with simulated GPUs: the stand-in estimator
-(`multigeom_workflow.standin`, selected here by MULTIGEOM_STANDIN_S; it sleeps a fixed
-time per image instead of computing) on fake GPU ids (CUDA_VISIBLE_DEVICES), warm
+(`multigeom_workflow.compute.standin`, selected here by MULTIGEOM_STANDIN_S; it sleeps a
+fixed time per image instead of computing) on fake GPU ids (CUDA_VISIBLE_DEVICES), warm
 workers, through the real Snakefile. Prints, per case, the wall-clock of the whole
-`snakemake` command, jobs per second, the per-job overhead (GPU-seconds not spent in
-the stand-in, per image) and the efficiency = images x seconds / (wall x GPUs); and the
-same from the first job's start to the last job's end (Snakemake's start-up and
-planning left out). Then, for comparison, a bare Snakefile with as many `sleep` jobs
-(`shell:`, log, benchmark, gpu=1 under --resources gpu=N): Snakemake's own floor.
+`snakemake` command, jobs per second, the per-job overhead (GPU-seconds not spent in the
+stand-in, per image) and the efficiency = images x seconds / (wall x GPUs); and the same
+from the first job's start to the last job's end (Snakemake's start-up and planning left
+out). Then, for comparison, a bare Snakefile with as many `sleep` jobs (`shell:`, log,
+benchmark, gpu=1 under --resources gpu=N): Snakemake's own floor.
 
 Goals: 8 GPUs x 1.0 s x 400 images: efficiency >= 0.95; 16 x 1.0 s x 800: >= 0.9.
 
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from multigeom_workflow.standin import simulated_scenario, simulated_targets
+from multigeom_workflow.compute.standin import simulated_scenario, simulated_targets
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,16 +8,13 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 try:
-    from multigeom_workflow.gpus import visible_gpu_ids
-    from multigeom_workflow.request import RunSettings
-    from multigeom_workflow.workers import clean_after_killed_runs
-    from multigeom_workflow.scenario import (
-        ConfigError,
-        resolve_settings_file,
-        validated_scenario,
-    )
-    from multigeom_workflow.plan import pending_images
-    from multigeom_workflow.shards import SHARD_GROUP, num_shards, shard_groups
+    from multigeom_workflow.compute.gpus import visible_gpu_ids
+    from multigeom_workflow.compute.request import RunSettings
+    from multigeom_workflow.compute.workers import clean_after_killed_runs
+    from multigeom_workflow.scenario import ConfigError, validated_scenario
+    from multigeom_workflow.settings.files import resolve_settings_file
+    from multigeom_workflow.planning.plan import pending_images
+    from multigeom_workflow.planning.shards import SHARD_GROUP, num_shards, shard_groups
 except ImportError as err:
     raise WorkflowError(
         f"the workflow's packages are not installed ({err}): run `pip install -e . "
@@ -69,7 +66,7 @@ if not _slurm_job or os.environ.get("MULTIGEOM_SLURM_JOB_ID") != _slurm_job:
         MULTIGEOM_SLURM_JOB_ID=_slurm_job,
     )
     if _slurm_job:
-        from multigeom_workflow.gpus import lock_dir
+        from multigeom_workflow.compute.gpus import lock_dir
 
         os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{_slurm_job}"))
 RUNS = SCENARIO.runs_dir
@@ -136,7 +133,7 @@ def get_expected_per_image():
     """What every per-image file of the run must hold (`verify.Expected`), as a dict."""
     from dataclasses import asdict
 
-    from multigeom_workflow.verify import Expected
+    from multigeom_workflow.results.verify import Expected
 
     return asdict(Expected.of_scenario(SCENARIO))
 

@@ -4,9 +4,9 @@
 
 import json
 
-from multigeom_workflow.demo import encoder_warnings
-from multigeom_workflow.scenario import DEMO_AREAS, DEMO_ENCODERS
-from multigeom_workflow.test_images import DEMO_TEST_PHOTOS
+from multigeom_workflow.inputs.demo import encoder_warnings
+from multigeom_workflow.settings.names import DEMO_AREAS, DEMO_ENCODERS
+from multigeom_workflow.inputs.images import DEMO_TEST_PHOTOS
 
 # The figures whose lines a poor encoder empties of meaning, named in its warning.
 SCIENCE_FIGURES = f"{RESULTS}/fig4de.png and {RESULTS}/ground_truth.png"
@@ -107,7 +107,7 @@ rule train_demo_diffusion:
     log:
         "logs/train_demo_diffusion/{encoder}/{area}.log",
     benchmark:
-        "benchmarks/train_demo_diffusion/{encoder}/{area}.tsv"
+        "logs/benchmarks/train_demo_diffusion/{encoder}/{area}.tsv"
     threads: 1
     script:
         "../scripts/train_demo_diffusion.py"

@@ -2,7 +2,7 @@
 # configuration, computed and written by upstream's multigeom.pipeline.per_image.
 # The settings are params (a change of their content recomputes); the device is not
 # (the same image gives the same result wherever it runs). The job is a light process
-# (multigeom_workflow.client, no torch) that holds a slot and hands its request to the
+# (multigeom_workflow.compute.client, no torch) that holds a slot and hands its request to the
 # slot's warm worker; what all jobs share comes resolved in MULTIGEOM_RUN (common.smk).
 
 import shlex
@@ -12,7 +12,7 @@ import shlex
 # estimate_image (another estimator seed in params.estimator, say). Few fields: Snakemake
 # formats it several times per job, in dry runs too.
 ESTIMATE_IMAGE_SHELL = (
-    f"{shlex.quote(sys.executable)} -m multigeom_workflow.client --wildcards {{wildcards}}"
+    f"{shlex.quote(sys.executable)} -m multigeom_workflow.compute.client --wildcards {{wildcards}}"
     " --input {input:q} --output {output:q} --params {params:q} --threads {threads}"
     " > {log:q} 2>&1"
 )
@@ -29,7 +29,7 @@ rule estimate_image:
     log:
         "logs/estimate_image/{encoder}/{area}/img{index}.log",
     benchmark:
-        "benchmarks/estimate_image/{encoder}/{area}/img{index}.tsv"
+        "logs/benchmarks/estimate_image/{encoder}/{area}/img{index}.tsv"
     group:
         get_shard if SHARDED else None
     threads: 1

@@ -2,6 +2,12 @@
 # the TinyImageNet test images. Defined only when the configuration asks for them
 # (checkpoints.source: hub, test_images.download: true).
 
+from multigeom_workflow.settings.names import (
+    PAPER_AREAS,
+    PAPER_ENCODERS,
+    TINYIMAGENET_DIR,
+)
+
 HUB = config["checkpoints"]
 TEST_IMAGES = config["test_images"]
 
@@ -13,8 +19,8 @@ if HUB["source"] == "hub":
         output:
             f"{RUNS}/encoders/{{encoder}}/{{area}}/best_model.pt",
         wildcard_constraints:
-            encoder="inception|resnet50|onoff",
-            area="V1|V4",
+            encoder="|".join(PAPER_ENCODERS),
+            area="|".join(PAPER_AREAS),
         params:
             kind="encoders",
             repo_id=HUB["repo_id"],
@@ -30,8 +36,8 @@ if HUB["source"] == "hub":
         output:
             f"{RUNS}/diffusion/{{encoder}}/{{area}}/final_model.pt",
         wildcard_constraints:
-            encoder="inception|resnet50|onoff",
-            area="V1|V4",
+            encoder="|".join(PAPER_ENCODERS),
+            area="|".join(PAPER_AREAS),
         params:
             kind="diffusion",
             repo_id=HUB["repo_id"],
@@ -48,7 +54,7 @@ if SCENARIO.test_source == "tinyimagenet" and TEST_IMAGES["download"]:
     rule download_tinyimagenet:
         localrule: True
         output:
-            f"{TEST_IMAGES['path']}/tiny-imagenet-200.zip",
+            f"{TEST_IMAGES['path']}/{TINYIMAGENET_DIR}.zip",
         params:
             urls=TEST_IMAGES["urls"],
             expected_bytes=TEST_IMAGES["archive_bytes"],
@@ -63,7 +69,7 @@ if SCENARIO.test_source == "tinyimagenet" and TEST_IMAGES["download"]:
         input:
             archive=rules.download_tinyimagenet.output[0],
         output:
-            f"{TEST_IMAGES['path']}/tiny-imagenet-200/val/images/{{name}}.JPEG",
+            f"{TEST_IMAGES['path']}/{TINYIMAGENET_DIR}/val/images/{{name}}.JPEG",
         wildcard_constraints:
             name=r"val_\d+",
         log:

@@ -1,10 +1,10 @@
 # What is left and what it will take: every dry run prints the estimate before its job
 # list; a real run with the Modal executor refuses to start over budget.
 
-from multigeom_workflow.cost import budget_problem
-from multigeom_workflow.cost import read_timings
-from multigeom_workflow.progress_view import set_plan
-from multigeom_workflow.plan import (
+from multigeom_workflow.planning.cost import budget_problem
+from multigeom_workflow.planning.cost import read_timings
+from multigeom_workflow.planning.live_view import set_plan
+from multigeom_workflow.planning.plan import (
     estimate_lines,
     progress,
     run_estimates,

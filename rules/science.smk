@@ -2,7 +2,7 @@
 # first `noise_ceiling_images` images of every configuration, other seeds) and, for the
 # demo's synthetic areas, the ground truth (each area's own Fisher information).
 
-from multigeom_workflow.science import ceiling_estimator
+from multigeom_workflow.results.science import ceiling_estimator
 
 
 rule estimate_image_ceiling:
@@ -18,7 +18,7 @@ rule estimate_image_ceiling:
     log:
         "logs/estimate_image_ceiling/{encoder}/{area}/img{index}.log",
     benchmark:
-        "benchmarks/estimate_image_ceiling/{encoder}/{area}/img{index}.tsv"
+        "logs/benchmarks/estimate_image_ceiling/{encoder}/{area}/img{index}.tsv"
     group:
         get_shard if SHARDED else None
     threads: 1

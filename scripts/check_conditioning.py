@@ -4,9 +4,9 @@ import json
 
 import torch
 
-from multigeom_workflow.demo import conditioning_sensitivity
-from multigeom_workflow.estimate import load_models
+from multigeom_workflow.compute.estimate import load_models
 from multigeom_workflow.files import atomic_path
+from multigeom_workflow.inputs.demo import conditioning_sensitivity
 from multigeom_workflow.jobs import job_log
 
 with job_log(snakemake.log[0]):

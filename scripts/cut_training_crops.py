@@ -2,8 +2,8 @@
 
 import torch
 
-from multigeom_workflow.demo import cut_training_crops
 from multigeom_workflow.files import atomic_path
+from multigeom_workflow.inputs.demo import cut_training_crops
 from multigeom_workflow.jobs import job_log
 
 with job_log(snakemake.log[0]):

@@ -1,6 +1,6 @@
 """Rule download_tinyimagenet: the archive, its size and zip structure checked."""
 
-from multigeom_workflow.fetch import download_tinyimagenet_archive
+from multigeom_workflow.inputs.fetch import download_tinyimagenet_archive
 from multigeom_workflow.jobs import job_log
 
 with job_log(snakemake.log[0]):

@@ -1,6 +1,6 @@
 """Rule extract_test_image: one TinyImageNet validation image out of the archive."""
 
-from multigeom_workflow.fetch import extract_member
+from multigeom_workflow.inputs.fetch import extract_member
 from multigeom_workflow.jobs import job_log
 
 with job_log(snakemake.log[0]):

@@ -5,10 +5,10 @@ import sys
 
 import torch
 
-from multigeom_workflow.demo import encoder_warnings, fit_demo_encoder
 from multigeom_workflow.files import atomic_path
+from multigeom_workflow.inputs.demo import encoder_warnings, fit_demo_encoder
+from multigeom_workflow.inputs.images import load_test_image
 from multigeom_workflow.jobs import job_log
-from multigeom_workflow.test_images import load_test_image
 
 params, wildcards = snakemake.params, snakemake.wildcards
 with job_log(snakemake.log[0]):

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from multigeom_workflow.jobs import job_log
-from multigeom_workflow.report import (
+from multigeom_workflow.results.report import (
     metrics_table,
     progress_table,
     settings_table,

@@ -2,7 +2,7 @@
 
 import torch
 
-from multigeom_workflow.demo import train_demo_diffusion
+from multigeom_workflow.inputs.demo import train_demo_diffusion
 from multigeom_workflow.jobs import job_log
 
 with job_log(snakemake.log[0]):

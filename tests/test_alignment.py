@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from multigeom_workflow.alignment import align_configs
+from multigeom_workflow.results.alignment import align_configs
 
 P, K = 64 * 64, 4
 THETAS = (0.3, 1.1)  # rotation angle of configuration "rotated" on images 0 and 1

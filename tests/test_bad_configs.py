@@ -22,9 +22,9 @@ from conftest import REPO, TINY_CONFIG, planned_jobs, run_snakemake
 from fakes import tinyimagenet_zip
 from PIL import Image
 
-from multigeom_workflow.cli import load_config
 from multigeom_workflow.files import write_error_line
 from multigeom_workflow.scenario import ConfigError, validated_scenario
+from multigeom_workflow.settings.load import load_config
 
 
 def tiny(**changes) -> dict:
@@ -101,7 +101,7 @@ def test_bad_value_is_one_line_before_any_job(tmp_path, changes, env, words):
 
 
 def test_seed_bound_is_torchs():
-    from multigeom_workflow.scenario import MAX_SEED
+    from multigeom_workflow.settings.names import MAX_SEED
 
     torch.Generator().manual_seed(MAX_SEED)
     with pytest.raises(RuntimeError, match="Overflow"):
@@ -304,7 +304,7 @@ def test_folder_holding_val_under_another_name_is_refused(tmp_path, monkeypatch)
 def test_full_disk_is_one_line_naming_the_file(tmp_path, monkeypatch):
     import multigeom.pipeline.per_image as per_image
 
-    from multigeom_workflow.estimate import Models, estimate_to_file
+    from multigeom_workflow.compute.estimate import Models, estimate_to_file
 
     s = validated_scenario(tiny(), REPO)
     eig = SimpleNamespace(eigenvalues=torch.ones(5), eigenvectors=torch.eye(5, 4096))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from fakes import FileServer, tinyimagenet_zip
 
-from multigeom_workflow.fetch import download_tinyimagenet_archive
+from multigeom_workflow.inputs.fetch import download_tinyimagenet_archive
 
 ZIP = tinyimagenet_zip(12)
 

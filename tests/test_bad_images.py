@@ -17,12 +17,12 @@ from conftest import REPO, TINY_CONFIG, run_snakemake
 from multigeom.datasets import CANONICAL_TRANSFORM
 from PIL import Image
 
-from multigeom_workflow.scenario import ConfigError, validated_scenario
-from multigeom_workflow.test_images import (
+from multigeom_workflow.inputs.images import (
     ALPHA_BACKGROUND,
     list_folder_images,
     load_test_image,
 )
+from multigeom_workflow.scenario import ConfigError, validated_scenario
 
 
 def canonical_of_8bit(rgb: np.ndarray) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 import yaml
 from conftest import REPO, TINY_CONFIG, planned_jobs, run_snakemake
 
-from multigeom_workflow.cost import (
+from multigeom_workflow.planning.cost import (
     CostEstimate,
     budget_problem,
     estimate_cost,

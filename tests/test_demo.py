@@ -7,13 +7,13 @@ import pytest
 import torch
 from PIL import Image
 
-from multigeom_workflow.demo import (
+from multigeom_workflow.inputs.demo import (
     build_demo_encoder,
     cut_training_crops,
     export_photo,
     simulate_area,
 )
-from multigeom_workflow.test_images import (
+from multigeom_workflow.inputs.images import (
     DEMO_TEST_PHOTOS,
     DEMO_TRAIN_PHOTOS,
     package_photo,

@@ -16,15 +16,16 @@ import torch
 import yaml
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, planned_jobs, run_snakemake
 
-from multigeom_workflow.alignment import align_configs
-from multigeom_workflow.engine import (
+from multigeom_workflow.compute.engine import (
     estimate_image_fast,
     rows_per_call,
     top_eigenpairs,
 )
-from multigeom_workflow.estimate import estimate_to_file, load_models
-from multigeom_workflow.scenario import ConfigError, to_namespace, validated_scenario
-from multigeom_workflow.test_images import load_test_image
+from multigeom_workflow.compute.estimate import estimate_to_file, load_models
+from multigeom_workflow.inputs.images import load_test_image
+from multigeom_workflow.results.alignment import align_configs
+from multigeom_workflow.scenario import ConfigError, validated_scenario
+from multigeom_workflow.settings.files import to_namespace
 
 DIFFUSION = yaml.safe_load((REPO / "tests/data/diffusion_tiny.yaml").read_text())
 TINY = yaml.safe_load((REPO / "tests/data/estimator_tiny.yaml").read_text())
@@ -174,7 +175,7 @@ def test_upstream_files_give_the_same_stage5_metrics(tiny_run, tmp_path):
 COLD = """
 import json, sys, torch
 torch.set_num_threads(1)
-from multigeom_workflow.estimate import estimate_to_file, load_models
+from multigeom_workflow.compute.estimate import estimate_to_file, load_models
 job = json.loads(sys.argv[1])
 models = load_models(job["encoder"], job["diffusion"], job["diffusion_settings"], "cpu")
 for i in job["indices"]:
@@ -230,7 +231,7 @@ def test_the_estimate_prices_with_the_engine_figures(tiny_copy):
 
 
 def test_measured_seconds_are_those_of_the_engine(tmp_path):
-    from multigeom_workflow.cost import read_timings
+    from multigeom_workflow.planning.cost import read_timings
 
     prov = {"device": "cuda:0", "device_name": "NVIDIA H200"}
     for name, seconds, engine in [("a", 1.0, "fast"), ("b", 9.0, "upstream")]:

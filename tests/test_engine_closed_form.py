@@ -33,7 +33,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from multigeom_workflow.engine import estimate_image_fast
+from multigeom_workflow.compute.engine import estimate_image_fast
 
 SIDE, N_NEURONS, SIGMA = 4, 4, 0.22
 P = SIDE * SIDE

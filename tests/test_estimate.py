@@ -14,7 +14,7 @@ import torch
 import yaml
 from conftest import REPO, TINY_CONFIG
 
-from multigeom_workflow.estimate import estimate_to_file, load_models
+from multigeom_workflow.compute.estimate import estimate_to_file, load_models
 
 TENSORS = (
     "image",
@@ -30,7 +30,7 @@ INDICES = (0, 1, 2)
 WORKER = """
 import json, sys, torch
 torch.set_num_threads(1)
-from multigeom_workflow.estimate import estimate_to_file, load_models
+from multigeom_workflow.compute.estimate import estimate_to_file, load_models
 job = json.loads(sys.argv[1])
 models = load_models(job["encoder"], job["diffusion"], job["diffusion_settings"], "cpu")
 for i in job["indices"]:
@@ -105,8 +105,8 @@ def test_the_seed_of_image_i_is_seed_plus_i(tiny_run, tmp_path):
     """Image 1 of a run seeded 42 is upstream's `estimate_image` with seed 43."""
     from multigeom.pipeline.per_image import estimate_image
 
-    from multigeom_workflow.scenario import to_namespace
-    from multigeom_workflow.test_images import load_test_image
+    from multigeom_workflow.inputs.images import load_test_image
+    from multigeom_workflow.settings.files import to_namespace
 
     torch.set_num_threads(1)
     models = load_models(

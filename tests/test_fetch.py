@@ -15,14 +15,14 @@ import torch
 from conftest import REPO
 from fakes import FileServer, hub_path, tinyimagenet_zip
 
-from multigeom_workflow.fetch import (
+from multigeom_workflow.inputs.fetch import (
     BACKBONE_WEIGHTS,
     download_tinyimagenet_archive,
     extract_member,
     fetch_checkpoint,
-    tinyimagenet_val_files,
     torch_hub_checkpoints_dir,
 )
+from multigeom_workflow.inputs.images import tinyimagenet_val_files
 
 REPO_ID = "lab/checkpoints"
 
@@ -224,7 +224,11 @@ def test_sources_agree_with_upstream_and_the_schema():
     from multigeom.datasets import download
     from multigeom.encoders import neural
 
-    from multigeom_workflow.fetch import HUB_REPO, TINYIMAGENET_BYTES, TINYIMAGENET_URLS
+    from multigeom_workflow.inputs.fetch import (
+        HUB_REPO,
+        TINYIMAGENET_BYTES,
+        TINYIMAGENET_URLS,
+    )
 
     schema = yaml.safe_load((REPO / "config/schemas/config.schema.yaml").read_text())
     props = schema["properties"]
@@ -245,7 +249,7 @@ def test_modal_image_caches_the_backbone_weights_a_run_needs():
     paper's encoders need (a container has no other way to get them)."""
     import yaml
 
-    from multigeom_workflow.fetch import BACKBONE_WEIGHTS
+    from multigeom_workflow.inputs.fetch import BACKBONE_WEIGHTS
 
     profile = yaml.safe_load((REPO / "profiles/modal/profile.yaml").read_text())
     expected = sorted(command for _, command in BACKBONE_WEIGHTS.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from multigeom_workflow.figure import plot_fig4de, save_figure
+from multigeom_workflow.results.figure import plot_fig4de, save_figure
 
 K = 6
 

@@ -17,12 +17,12 @@ import pytest
 from conftest import REPO, run_snakemake
 
 from multigeom_workflow.cli import install_profiles
-from multigeom_workflow.gpus import hold_gpu, resolve_device, visible_gpu_ids
+from multigeom_workflow.compute.gpus import hold_gpu, resolve_device, visible_gpu_ids
 
 # A job: hold a GPU, record when (inside the hold), work a little, record the end.
 JOB = """
 import json, os, random, sys, time
-from multigeom_workflow.gpus import hold_gpu
+from multigeom_workflow.compute.gpus import hold_gpu
 with hold_gpu() as slot:
     start = time.monotonic()
     time.sleep(random.uniform(0.02, 0.15))
@@ -65,7 +65,7 @@ def test_a_killed_job_frees_its_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     monkeypatch.setenv("MULTIGEOM_GPU_LOCK_DIR", str(tmp_path))
     hold = (
-        "from multigeom_workflow.gpus import hold_gpu\nimport time\n"
+        "from multigeom_workflow.compute.gpus import hold_gpu\nimport time\n"
         "with hold_gpu():\n    print('held', flush=True)\n    time.sleep(120)\n"
     )
     first = subprocess.Popen(

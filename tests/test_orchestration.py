@@ -23,8 +23,8 @@ import pytest
 import torch
 from conftest import REPO, TINY_CONFIG
 
-from multigeom_workflow.request import RUN_ENV, EstimateRequest, RunSettings
-from multigeom_workflow.standin import simulated_scenario, simulated_targets
+from multigeom_workflow.compute.request import RUN_ENV, EstimateRequest, RunSettings
+from multigeom_workflow.compute.standin import simulated_scenario, simulated_targets
 
 TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
 
@@ -240,8 +240,9 @@ def test_request_from_json_gives_the_warm_workers_tensors(tiny_run, monkeypatch)
     JSON, as a cold job or a Modal container computes it."""
     import yaml
 
-    from multigeom_workflow.estimate import estimate_request, load_models
-    from multigeom_workflow.scenario import resolve_settings_file, validated_scenario
+    from multigeom_workflow.compute.estimate import estimate_request, load_models
+    from multigeom_workflow.scenario import validated_scenario
+    from multigeom_workflow.settings.files import resolve_settings_file
 
     monkeypatch.chdir(tiny_run)
     scenario = validated_scenario(yaml.safe_load(TINY_CONFIG.read_text()), REPO, False)

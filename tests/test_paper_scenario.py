@@ -78,7 +78,7 @@ def published():
     from multigeom.diffusion.model import build_diffusion_model
     from multigeom.encoders import OnOffEncoder
 
-    from multigeom_workflow.scenario import to_namespace
+    from multigeom_workflow.settings.files import to_namespace
 
     diffusion = yaml.safe_load((REPO / "tests/data/diffusion_tiny.yaml").read_text())
     files = {}

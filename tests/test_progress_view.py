@@ -1,7 +1,7 @@
 """
-The live progress view (`multigeom_workflow.progress_view`) and the logger plugin that
-draws it (``--logger multigeom``): images done per configuration, images per minute,
-time left; plain lines when the output is not a terminal.
+The live progress view (`multigeom_workflow.planning.live_view`) and the logger plugin
+that draws it (``--logger multigeom``): images done per configuration, images per
+minute, time left; plain lines when the output is not a terminal.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from multigeom_workflow import progress_view
-from multigeom_workflow.progress_view import ProgressState, format_duration_short
+from multigeom_workflow.planning.live_view import ProgressState, format_duration_short
 from snakemake_logger_plugin_multigeom import LogHandler, LogHandlerSettings
 
 

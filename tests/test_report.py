@@ -1,8 +1,8 @@
 """
 The run's Snakemake report (`snakemake --report report.html`) and its tables
-(`multigeom_workflow.report`): made from a finished run without recomputing anything,
-it holds the figure, Stage 5's metrics as a table, progress and seconds per image, and
-the settings.
+(`multigeom_workflow.results.report`): made from a finished run without recomputing
+anything, it holds the figure, Stage 5's metrics as a table, progress and seconds per
+image, and the settings.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from conftest import CONFIGURATIONS, run_snakemake
 
-from multigeom_workflow.report import (
+from multigeom_workflow.results.report import (
     benchmark_seconds,
     metrics_table,
     progress_table,

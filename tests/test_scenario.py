@@ -10,16 +10,13 @@ from conftest import REPO, TINY_CONFIG
 from PIL import Image
 from snakemake.utils import validate
 
-from multigeom_workflow.scenario import (
-    ConfigError,
-    load_scenario,
-    resolve_settings_file,
-)
-from multigeom_workflow.test_images import (
+from multigeom_workflow.inputs.images import (
     DEMO_TEST_PHOTOS,
     list_folder_images,
     list_tinyimagenet_val,
 )
+from multigeom_workflow.scenario import ConfigError, load_scenario
+from multigeom_workflow.settings.files import resolve_settings_file
 
 SCHEMA = str(REPO / "config" / "schemas" / "config.schema.yaml")
 
@@ -177,7 +174,7 @@ def test_estimator_settings_checked_before_any_job(tmp_path, monkeypatch, edit, 
 
 
 def test_schema_allows_the_encoders_and_areas_the_scenario_knows():
-    from multigeom_workflow.scenario import AREAS, ENCODERS
+    from multigeom_workflow.settings.names import AREAS, ENCODERS
 
     schema = yaml.safe_load(Path(SCHEMA).read_text())
     entry = schema["$defs"]["configuration"]["properties"]
@@ -228,7 +225,7 @@ def test_remote_job_scenario_needs_only_its_own_files(tmp_path, monkeypatch):
     """A job Snakemake runs in a Modal container holds only its shard's files: the
     checkpoints of other configurations are not checked there, TinyImageNet images
     take their known names (the order of a complete folder), a folder is refused."""
-    from multigeom_workflow.fetch import tinyimagenet_val_files
+    from multigeom_workflow.inputs.images import tinyimagenet_val_files
 
     monkeypatch.chdir(tmp_path)
     make_tinyimagenet(tmp_path / "data")

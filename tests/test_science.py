@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import CONFIGURATIONS, planned_jobs, run_snakemake
 
-from multigeom_workflow.demo import (
+from multigeom_workflow.inputs.demo import (
     area_fisher,
     conditioning_sensitivity,
     cut_training_crops,
@@ -18,7 +18,7 @@ from multigeom_workflow.demo import (
     load_teacher,
     simulate_area,
 )
-from multigeom_workflow.science import (
+from multigeom_workflow.results.science import (
     CEILING_SEED_OFFSET,
     ceiling_estimator,
     noise_ceiling,

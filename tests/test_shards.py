@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import CONFIGURATIONS, run_snakemake
 
-from multigeom_workflow.shards import make_shards, num_shards, shard_groups
+from multigeom_workflow.planning.shards import make_shards, num_shards, shard_groups
 
 
 def check_shard_rules(pending, num, shards):

@@ -21,7 +21,7 @@ import pytest
 import torch
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
 
-from multigeom_workflow.plan import slurm_lines, slurm_runtime_minutes
+from multigeom_workflow.planning.plan import slurm_lines, slurm_runtime_minutes
 
 FAKE_BIN = REPO / "tests" / "fake_slurm" / "bin"
 TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")

@@ -18,9 +18,9 @@ import yaml
 from conftest import REPO, TINY_CONFIG, run_snakemake
 from test_alignment import write_per_image
 
-from multigeom_workflow.alignment import align_configs
+from multigeom_workflow.results.alignment import align_configs
+from multigeom_workflow.results.verify import Expected, check_per_image_file
 from multigeom_workflow.scenario import validated_scenario
-from multigeom_workflow.verify import Expected, check_per_image_file
 
 F = "runs/per_image/{}/{}/img{:04d}.pt"
 

@@ -30,7 +30,7 @@ def workers_alive(lock_dir: str | None = None) -> list[str]:
     return [
         line
         for line in out.splitlines()
-        if "multigeom_workflow.workers" in line
+        if "multigeom_workflow.compute.workers" in line
         and line.startswith(python_dir)
         and (lock_dir is None or lock_dir in line)
     ]

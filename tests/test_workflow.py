@@ -8,7 +8,7 @@ import json
 import torch
 from conftest import CONFIGURATIONS, planned_jobs, run_snakemake
 
-from multigeom_workflow.test_images import load_test_image
+from multigeom_workflow.inputs.images import load_test_image
 
 # The keys upstream's multigeom.pipeline.per_image.estimate_images writes.
 UPSTREAM_KEYS = {
@@ -83,7 +83,13 @@ def test_stage5_and_figure_are_written(tiny_run):
     ):
         assert (tiny_run / "logs" / f"{rule}.log").is_file()
     bench = (
-        tiny_run / "benchmarks" / "estimate_image" / "onoff" / "complex" / "img0000.tsv"
+        tiny_run
+        / "logs"
+        / "benchmarks"
+        / "estimate_image"
+        / "onoff"
+        / "complex"
+        / "img0000.tsv"
     )
     assert bench.read_text().startswith("s\t")
 

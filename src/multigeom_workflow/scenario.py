@@ -4,8 +4,9 @@ estimator settings, and where every file lives, read from the workflow's configu
 
 `load_scenario` checks everything that the JSON schema cannot (files that must exist,
 the size of the test set, settings that must agree between the estimator and the
-diffusion model) before any job runs. Every problem is one `ConfigError` whose message
-is a single line naming the key, the value and what is allowed.
+diffusion model: `multigeom_workflow.settings.checks`) before any job runs. Every
+problem is one `ConfigError` whose message is a single line naming the key, the value
+and what is allowed.
 
 Nothing here imports torch: the Snakefile calls this module at parse time, which must
 stay fast for `snakemake -n`.
@@ -14,51 +15,29 @@ stay fast for `snakemake -n`.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
-import yaml
-
-from .fetch import missing_backbone_weights, tinyimagenet_val_files
-from .gpus import resolve_device
-from .test_images import DEMO_TEST_PHOTOS, list_folder_images, list_tinyimagenet_val
+from .compute.gpus import resolve_device
+from .inputs.fetch import missing_backbone_weights
+from .inputs.images import (
+    DEMO_TEST_PHOTOS,
+    list_folder_images,
+    list_tinyimagenet_val,
+    tinyimagenet_val_files,
+)
+from .settings.checks import check_engine, check_estimator, check_seed, check_writable
+from .settings.errors import ConfigError, schema_error_line
+from .settings.files import load_settings_yaml, resolve_settings_file
+from .settings.names import DEMO_AREAS, DEMO_ENCODERS, PAPER_ENCODERS, TINYIMAGENET_DIR
 
 __all__ = [
-    "AREAS",
-    "DEMO_AREAS",
-    "DEMO_ENCODERS",
-    "ENCODERS",
-    "N_PIXELS",
     "ConfigError",
     "Configuration",
     "Scenario",
     "load_scenario",
-    "packaged_config_dir",
-    "resolve_settings_file",
-    "schema_error_line",
-    "timestep_grid",
-    "to_namespace",
     "validated_scenario",
 ]
-
-#: Encoders built by the workflow's embedded demo (see `multigeom_workflow.demo`).
-DEMO_ENCODERS = ("onoff", "smallcnn", "widecnn")
-#: Synthetic areas of the demo: populations of upstream's `GaborTeacher`.
-DEMO_AREAS = ("complex", "simple")
-#: Encoders and areas of the paper (Azeglio et al. 2026, Fig. 4D-E).
-PAPER_ENCODERS = ("inception", "resnet50", "onoff")
-PAPER_AREAS = ("V1", "V4")
-ENCODERS = tuple(dict.fromkeys(PAPER_ENCODERS + DEMO_ENCODERS))
-AREAS = PAPER_AREAS + DEMO_AREAS
-#: Pixels of a test image, 64 x 64 (upstream `multigeom.datasets.CANONICAL_TRANSFORM`).
-N_PIXELS = 64 * 64
-
-
-class ConfigError(ValueError):
-    """Bad configuration value; the message is one line: key, value, what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +85,7 @@ class Scenario:
     device : str
         Where per-image jobs compute: ``"cpu"``, ``"cuda"`` (any free GPU, one per
         job) or ``"cuda:N"``, resolved from `device_asked` (``"auto"`` too) and the
-        GPUs this machine shows (`multigeom_workflow.gpus.resolve_device`).
+        GPUs this machine shows (`multigeom_workflow.compute.gpus.resolve_device`).
     estimator, diffusion : dict
         The estimator settings (with `seed` and `top_k` applied) and the diffusion-model
         settings, as upstream's YAML files hold them.
@@ -171,7 +150,7 @@ class Scenario:
         """
         The pairs of configurations that Fig. 4D-E compares: cross-model (two encoders,
         same area) and cross-area (same encoder, two areas), as
-        `multigeom_workflow.figure.comparison_kind` classifies them.
+        `multigeom_workflow.results.figure.comparison_kind` classifies them.
         """
         cs = self.configurations
         return [
@@ -215,188 +194,6 @@ class Scenario:
             for c in configs
             for i in range(self.n_images)
         ]
-
-
-def to_namespace(settings):
-    """
-    Settings as upstream's stages take them: nested dicts become nested
-    `types.SimpleNamespace`, as `multigeom.config.load_config` returns a YAML file.
-    """
-    if isinstance(settings, dict):
-        return SimpleNamespace(**{k: to_namespace(v) for k, v in settings.items()})
-    if isinstance(settings, list):
-        return [to_namespace(v) for v in settings]
-    return settings
-
-
-def timestep_grid(estimator: dict) -> range:
-    """
-    The DDPM timesteps of an estimator's settings (``monte_carlo.timestep_grid``: start,
-    stop inclusive, step), as upstream's `conditional_pair_estimate` builds them.
-    """
-    grid = estimator["monte_carlo"]["timestep_grid"]
-    return range(int(grid["start"]), int(grid["stop"]) + 1, int(grid["step"]))
-
-
-def packaged_config_dir() -> Path:
-    """
-    The folder of upstream's packaged settings (``multigeom/configs``), found without
-    importing `multigeom` (which imports torch).
-    """
-    spec = importlib.util.find_spec("multigeom")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            "the package multigeom is not installed: pip install -e . (see README.md)"
-        )
-    return Path(list(spec.submodule_search_locations)[0]) / "configs"
-
-
-def resolve_settings_file(value: str, key: str, workflow_dir: Path) -> Path:
-    """
-    The YAML file of a settings value: a path (relative to the working directory, then
-    to the workflow's folder) or a packaged name of upstream (``"estimator"``,
-    ``"diffusion"``), as upstream's `multigeom.config.config_path` resolves names.
-
-    Raises
-    ------
-    ConfigError
-        If neither a file nor a packaged name matches.
-    """
-    path = Path(value)
-    candidates = [path] if path.is_absolute() else [path, workflow_dir / path]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate.resolve()
-    packaged_dir = packaged_config_dir()
-    if path.suffix == "" and (packaged_dir / f"{path.name}.yaml").is_file():
-        return packaged_dir / f"{path.name}.yaml"
-    names = sorted(p.stem for p in packaged_dir.glob("*.yaml"))
-    raise ConfigError(
-        f"config key {key!r} = {value!r}: no such YAML file; give a path or one of "
-        f"upstream's packaged names {names}"
-    )
-
-
-def schema_error_line(error) -> str:
-    """
-    One line for a `jsonschema.ValidationError`: the key path, the value and the rule.
-    """
-    key = "".join(
-        f"[{part}]" if isinstance(part, int) else f".{part}"
-        for part in error.absolute_path
-    ).lstrip(".")
-    where = f"config key {key!r}" if key else "the configuration"
-    if isinstance(error.instance, (str, int, float, bool)) or error.instance is None:
-        where += f" = {error.instance!r}"
-    message = error.message
-    if error.validator == "pattern":  # a regular expression says little: describe it
-        message += f" ({' '.join(error.schema.get('description', '').split())})"
-    elif error.validator in ("oneOf", "anyOf"):  # "not valid under any": say what is
-        allowed = " or ".join(_describe(sub) for sub in error.validator_value)
-        message = f"not allowed; allowed: {allowed}"
-    elif error.validator == "additionalProperties":
-        known = ", ".join(error.schema.get("properties", {}))
-        message += f"; allowed keys: {known}"
-    return f"{where}: {message}"
-
-
-def _describe(schema: dict) -> str:
-    """A few words for a (sub)schema: its values, or its type and bounds."""
-    if "enum" in schema:
-        return ", ".join(str(v) for v in schema["enum"])
-    kind = schema.get("type", "a value")
-    words = {"integer": "an integer", "number": "a number", "string": "a string"}
-    text = words.get(kind, str(kind))
-    bounds = [
-        f"{sign} {schema[name]}"
-        for name, sign in (
-            ("minimum", ">="),
-            ("exclusiveMinimum", ">"),
-            ("maximum", "<="),
-            ("exclusiveMaximum", "<"),
-        )
-        if name in schema
-    ]
-    return text + (f" {' and '.join(bounds)}" if bounds else "")
-
-
-def _load_yaml(path: Path, key: str) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        problem = str(err).splitlines()[0]
-        raise ConfigError(
-            f"config key {key!r} = {str(path)!r}: not valid YAML ({problem})"
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config key {key!r} = {str(path)!r}: not a YAML mapping")
-    return data
-
-
-def _get(settings: dict, dotted: str, key: str, file: Path):
-    node = settings
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(
-                f"config key {key!r} = {str(file)!r}: the settings have no "
-                f"{dotted!r}; start from upstream's packaged file of the same name"
-            )
-        node = node[part]
-    return node
-
-
-def _check_estimator(
-    est: dict, diff: dict, top_k: int, est_file: Path, diff_file: Path
-):
-    """The checks that upstream makes while running, made before any job."""
-    mc = "monte_carlo"
-    n_samples = int(_get(est, f"{mc}.n_samples", "estimator", est_file))
-    batch = int(_get(est, f"{mc}.batch_size", "estimator", est_file))
-    for part in ("start", "stop", "step"):  # present, or one clear line
-        _get(est, f"{mc}.timestep_grid.{part}", "estimator", est_file)
-    sigma = float(_get(est, f"{mc}.observation_noise_sigma", "estimator", est_file))
-    sigma_train = float(
-        _get(diff, "conditioning.observation_noise_sigma", "diffusion", diff_file)
-    )
-    n_train_t = int(_get(diff, "scheduler.num_train_timesteps", "diffusion", diff_file))
-    if batch < 1 or n_samples % batch:
-        raise ConfigError(
-            f"config key 'estimator' = {str(est_file)!r}: monte_carlo.n_samples = "
-            f"{n_samples} must be a positive multiple of monte_carlo.batch_size = "
-            f"{batch}"
-        )
-    timesteps = timestep_grid(est)
-    if len(timesteps) < 2 or timesteps[0] < 0 or timesteps[-1] >= n_train_t:
-        raise ConfigError(
-            f"config key 'estimator' = {str(est_file)!r}: monte_carlo.timestep_grid "
-            f"gives {list(timesteps)}; at least 2 timesteps in [0, {n_train_t}) allowed"
-        )
-    if sigma != sigma_train:
-        raise ConfigError(
-            f"config key 'estimator' = {str(est_file)!r}: observation_noise_sigma = "
-            f"{sigma} differs from the sigma = {sigma_train} the diffusion model of "
-            f"{str(diff_file)!r} was trained with; they must be equal"
-        )
-    rows = len(timesteps) * n_samples
-    if top_k > min(rows, N_PIXELS):
-        raise ConfigError(
-            f"config key 'top_k' = {top_k}: the estimator gives "
-            f"{len(timesteps)} timesteps x {n_samples} samples = {rows} rows, so at "
-            f"most {min(rows, N_PIXELS)} eigenvectors of G(x) are allowed"
-        )
-    if not (est.get("fisher_baseline") or {}).get("enabled", True):
-        raise ConfigError(
-            f"config key 'estimator' = {str(est_file)!r}: fisher_baseline.enabled = "
-            "false; the workflow compares J(x) too (panel E, every per-image file "
-            "holds it): allowed: true (or leave the key out)"
-        )
-    n_neurons = int(_get(diff, "conditioning.mlp_layers", "diffusion", diff_file)[0])
-    if top_k > n_neurons:
-        raise ConfigError(
-            f"config key 'top_k' = {top_k}: J(x) has rank at most the {n_neurons} "
-            f"neurons of the diffusion model's conditioning; at most {n_neurons} "
-            "allowed"
-        )
 
 
 def _test_images(
@@ -447,13 +244,6 @@ def _test_images(
     return source, tuple(str(f) for f in files)
 
 
-#: The seeds `torch.Generator.manual_seed` takes without overflow: 0 to 2**64 - 1
-#: (negative ones alias positive ones, -1 being 2**64 - 1).
-MAX_SEED = 2**64 - 1
-#: The name of TinyImageNet's folder, inside the archive and on disk.
-TINYIMAGENET_DIR = "tiny-imagenet-200"
-
-
 def _normalise_test_images_path(config: dict) -> tuple[str, ...]:
     """
     ``test_images.path`` of source tinyimagenet given as the ``tiny-imagenet-200``
@@ -484,29 +274,9 @@ def _normalise_test_images_path(config: dict) -> tuple[str, ...]:
     return ()
 
 
-def _check_seed(seed: int, n_images: int, ceiling_images: int = 0):
-    """
-    Image i is seeded with seed + i, and its noise-ceiling estimate with
-    seed + `CEILING_SEED_OFFSET` + i: every one must fit `torch.Generator`.
-    """
-    from .science import CEILING_SEED_OFFSET
-
-    offset = n_images - 1
-    if ceiling_images:
-        offset = max(offset, CEILING_SEED_OFFSET + ceiling_images - 1)
-    if seed < 0 or seed + offset > MAX_SEED:
-        raise ConfigError(
-            f"config key 'seed' = {seed}: image i is seeded with seed + i (and its "
-            f"noise-ceiling estimate with seed + {CEILING_SEED_OFFSET} + i), which "
-            f"torch.Generator.manual_seed takes from 0 to 2**64 - 1; allowed with "
-            f"n_images = {n_images}, noise_ceiling_images = {ceiling_images}: 0 to "
-            f"{MAX_SEED - offset}"
-        )
-
-
 def _check_device(device: str):
     """``cuda:N`` must name a GPU this machine shows (when it shows any)."""
-    from .gpus import visible_gpu_ids
+    from .compute.gpus import visible_gpu_ids
 
     if not device.startswith("cuda:"):
         return
@@ -519,30 +289,9 @@ def _check_device(device: str):
         )
 
 
-def _check_writable(config: dict, runs_dir: str, configurations=()):
-    """The folders the run writes into: existing ones must be writable folders."""
-    folders = [("runs_dir", runs_dir), ("results_dir", str(config["results_dir"]))]
-    for key, value in folders:
-        path = Path(value)
-        below = []
-        if key == "runs_dir":
-            below = [path / "per_image", path / "metrics"] + [
-                path / "per_image" / c.encoder / c.area for c in configurations
-            ]
-        while not path.exists() and path != path.parent:
-            path = path.parent
-        for folder in [path, *(p for p in below if p.exists())]:
-            if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-                what = "not a folder" if not folder.is_dir() else "not writable"
-                raise ConfigError(
-                    f"config key {key!r} = {value!r}: {str(folder)!r} is {what}; give "
-                    "a folder this user can write to (or fix its permissions)"
-                )
-
-
 def _check_readable(files):
     """Every test image of the run opens as an image (named otherwise)."""
-    from .test_images import check_test_image
+    from .inputs.images import check_test_image
 
     for i, f in enumerate(files):
         problem = check_test_image(f)
@@ -646,26 +395,6 @@ def validated_scenario(
     return load_scenario(config, workflow_dir, remote)
 
 
-def _engine(config: dict, device: str, remote: bool) -> tuple[str, str]:
-    """
-    The config's ``engine`` and ``precision`` (defaults fast and fp32), checked against
-    each other and the device: tf32 needs a CUDA device, upstream runs in fp32 only.
-    """
-    engine = str(config.get("engine", "fast"))
-    precision = str(config.get("precision", "fp32"))
-    if engine == "upstream" and precision != "fp32":
-        raise ConfigError(
-            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
-            "only; allowed: fp32 (or engine: fast)"
-        )
-    if precision == "tf32" and not device.startswith("cuda") and not remote:
-        raise ConfigError(
-            f"config key 'precision' = 'tf32' needs a CUDA device (device resolves to "
-            f"{device!r}); allowed on the CPU: fp32"
-        )
-    return engine, precision
-
-
 def load_scenario(
     config: dict, workflow_dir: str | Path, remote: bool = False
 ) -> Scenario:
@@ -712,27 +441,27 @@ def load_scenario(
     )
     if listed and not remote:  # files already there: each must read as an image
         _check_readable(files[:n_images])
-    _check_seed(
+    check_seed(
         int(config["seed"]), n_images, int(config.get("noise_ceiling_images") or 0)
     )
     _check_device(str(config["device"]))
     if not remote:
-        _check_writable(config, runs_dir, configurations)
+        check_writable(config, runs_dir, configurations)
     est_file = resolve_settings_file(
         str(config["estimator"]), "estimator", workflow_dir
     )
     diff_file = resolve_settings_file(
         str(config["diffusion"]), "diffusion", workflow_dir
     )
-    estimator = copy.deepcopy(_load_yaml(est_file, "estimator"))
-    diffusion = _load_yaml(diff_file, "diffusion")
+    estimator = copy.deepcopy(load_settings_yaml(est_file, "estimator"))
+    diffusion = load_settings_yaml(diff_file, "diffusion")
     top_k, seed = int(config["top_k"]), int(config["seed"])
-    _check_estimator(estimator, diffusion, top_k, est_file, diff_file)
+    check_estimator(estimator, diffusion, top_k, est_file, diff_file)
     estimator["seed"] = seed
     estimator["top_k"] = top_k
     estimator.setdefault("fisher_baseline", {"enabled": True})["top_k"] = top_k
     device = resolve_device(str(config["device"]))
-    engine, precision = _engine(config, device, remote)
+    engine, precision = check_engine(config, device, remote)
     return Scenario(
         configurations=configurations,
         n_images=n_images,

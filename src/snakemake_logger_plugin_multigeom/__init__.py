@@ -1,7 +1,7 @@
 """
 Snakemake logger plugin ``multigeom`` (``snakemake --logger multigeom``): Snakemake's
 usual messages, and the workflow's progress view (images done per configuration,
-images per minute, time left; `multigeom_workflow.progress_view`).
+images per minute, time left; `multigeom_workflow.planning.live_view`).
 
 On a terminal the view is a live table below the messages; when the output is not a
 terminal (a log file, CI), or with ``--logger-multigeom-plain``, the messages are
@@ -118,7 +118,7 @@ class LogHandler(LogHandlerBase):
     # The view -----------------------------------------------------------------------
     def _start_view(self) -> None:
         """Start the view once the workflow has handed its plan over."""
-        from multigeom_workflow.progress_view import PLAN, ProgressState
+        from multigeom_workflow.planning.live_view import PLAN, ProgressState
 
         if self.state is not None or not PLAN or self.common_settings.dryrun:
             return

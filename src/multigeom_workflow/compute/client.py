@@ -13,7 +13,8 @@ it).
 Usage (as the rule writes it: its wildcards, its input image, encoder and diffusion
 checkpoints, its output, and its params estimator and diffusion, in that order)::
 
-    python -m multigeom_workflow.client --wildcards area=V1,encoder=onoff,index=0005 \
+    python -m multigeom_workflow.compute.client --wildcards
+    area=V1,encoder=onoff,index=0005 \
         --input IMG ENCODER_CKPT DIFFUSION_CKPT --output OUT \
         --params "{...estimator...}" "{...diffusion...}" --threads 1
 
@@ -47,7 +48,7 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
     SystemExit
         If an argument is missing or malformed (argparse's message).
     """
-    p = argparse.ArgumentParser(prog="python -m multigeom_workflow.client")
+    p = argparse.ArgumentParser(prog="python -m multigeom_workflow.compute.client")
     p.add_argument("--wildcards", required=True, help="area=..,encoder=..,index=..")
     p.add_argument("--input", nargs=3, required=True, metavar=("IMAGE", "ENC", "DIFF"))
     p.add_argument("--output", required=True)

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from .files import atomic_path
+from ..files import atomic_path
 
 __all__ = ["align_configs"]
 

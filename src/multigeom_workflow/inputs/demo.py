@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .files import atomic_path
-from .test_images import DEMO_TRAIN_PHOTOS, package_photo
+from ..files import atomic_path
+from .images import DEMO_TRAIN_PHOTOS, package_photo
 
 __all__ = [
     "TEACHERS",
@@ -374,7 +374,7 @@ def train_demo_diffusion(
     from multigeom.diffusion.train import train_diffusion
     from multigeom.encoders import load_encoder
 
-    from .scenario import to_namespace
+    from ..settings.files import to_namespace
 
     out = Path(out)
     work = out.parent / "training"

@@ -5,7 +5,7 @@ metrics, the progress and seconds per image of every configuration, the run's se
 Each table is written as a small HTML page (Snakemake's report shows HTML results in
 place) and the metrics also as CSV. Everything is read from files a run leaves: Stage
 5's metrics file, the per-image files, and the per-job benchmark files of Snakemake
-(``benchmarks/estimate_image/<encoder>/<area>/img<i>.tsv``, column ``s``: wall-clock
+(``logs/benchmarks/estimate_image/<encoder>/<area>/img<i>.tsv``, column ``s``: wall-clock
 seconds of the job). Nothing is recomputed.
 
 References
@@ -26,8 +26,8 @@ from pathlib import Path
 import pandas as pd
 
 from .figure import comparison_kind
-from .files import atomic_path
-from .scenario import N_PIXELS
+from ..files import atomic_path
+from ..settings.names import N_PIXELS
 
 __all__ = [
     "REPORT_KS",
@@ -50,7 +50,7 @@ def metrics_table(metrics: dict, n_pixels: int = N_PIXELS) -> pd.DataFrame:
     ----------
     metrics : dict
         Stage 5's metrics file (``cross_encoder_metrics.json``; see
-        `multigeom_workflow.alignment.align_configs`).
+        `multigeom_workflow.results.alignment.align_configs`).
     n_pixels : int
         P, for the chance level k/P (64 x 64 = 4096).
 
@@ -98,7 +98,7 @@ def benchmark_seconds(path: str | Path) -> float | None:
 def progress_table(
     configurations: Iterable[tuple[str, str]],
     per_image_files: dict[tuple[str, str], list[str]],
-    benchmarks_dir: str | Path = "benchmarks/estimate_image",
+    benchmarks_dir: str | Path = "logs/benchmarks/estimate_image",
 ) -> pd.DataFrame:
     """
     Per configuration: images done, seconds per image from Snakemake's benchmarks.

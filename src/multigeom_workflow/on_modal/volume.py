@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from .scenario import Scenario
+from ..scenario import Scenario
 
 __all__ = ["default_prefix", "volume_files", "volume_progress", "volume_remove"]
 
@@ -55,7 +55,7 @@ def volume_progress(
 ) -> dict[tuple[str, str], tuple[int, int]]:
     """
     Per configuration (encoder, area): (per-image files on the volume, first n_images
-    images), as :func:`multigeom_workflow.plan.progress` counts local files.
+    images), as :func:`multigeom_workflow.planning.plan.progress` counts local files.
     """
     on_volume = volume_files(volume_name, prefix, f"{scenario.runs_dir}/per_image")
     out = {}

@@ -145,7 +145,7 @@ def check_per_image_file(
         The run's settings.
     image_file : str or Path, optional
         The test image: the file's ``image`` must be its canonical image
-        (`multigeom_workflow.test_images.load_test_image`), to 1e-6.
+        (`multigeom_workflow.inputs.images.load_test_image`), to 1e-6.
 
     Returns
     -------
@@ -186,7 +186,7 @@ def check_per_image_file(
             f"image {index}"
         )
     if image_file is not None:
-        from .test_images import load_test_image
+        from ..inputs.images import load_test_image
 
         x = load_test_image(image_file)
         if not torch.allclose(d["image"].reshape(x.shape), x, rtol=0, atol=1e-6):
@@ -280,7 +280,7 @@ def verify_for_stage5(
         One line naming the bad files (set aside as ``<name>.bad``, so that the next
         run recomputes them), the first one's problem, and what to do.
     """
-    from .files import atomic_path
+    from ..files import atomic_path
 
     rows, bad = [], []
     for f in map(Path, per_image_files):

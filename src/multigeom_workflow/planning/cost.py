@@ -25,7 +25,7 @@ from pathlib import Path
 
 from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
 
-from .scenario import timestep_grid
+from ..settings.files import timestep_grid
 
 __all__ = [
     "DEFAULT_SECONDS_PER_IMAGE",

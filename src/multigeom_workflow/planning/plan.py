@@ -6,7 +6,7 @@ References
 ----------
 The model and the defaults are the old notebook helper's
 (`multigeom.pipeline.distribute.estimate_cost`, `print_estimate`); see
-`multigeom_workflow.cost`.
+`multigeom_workflow.planning.cost`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import os
 
+from ..compute.gpus import visible_gpu_ids
+from ..scenario import Scenario
 from .cost import (
     DEFAULT_STARTUP_S,
     ENGINE_SECONDS_PER_IMAGE,
@@ -27,8 +29,6 @@ from .cost import (
     monte_carlo_work,
     read_timings,
 )
-from .gpus import visible_gpu_ids
-from .scenario import Scenario
 from .shards import make_shards
 
 __all__ = [
@@ -158,8 +158,8 @@ def count_startups(
 
 def pending_images(scenario: Scenario) -> list[tuple[tuple[str, str], int]]:
     """
-    ((encoder, area), image index) of every per-image file not yet there, in the
-    order (configuration, image) that shards follow (`multigeom_workflow.shards`).
+    ((encoder, area), image index) of every per-image file not yet there, in the order
+    (configuration, image) that shards follow (`multigeom_workflow.planning.shards`).
     """
     return [
         ((c.encoder, c.area), i)

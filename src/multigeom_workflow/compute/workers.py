@@ -3,20 +3,20 @@ Warm estimator workers: the expensive start happens once per slot (imports, devi
 initialisation) and once per (slot, configuration) (loading the encoder and the
 diffusion model) in a run, not once per image.
 
-A per-image job (`multigeom_workflow.client`) holds a slot (a GPU, or a share of the
-CPU; `multigeom_workflow.gpus`) and hands its `EstimateRequest` to the worker bound to
-that slot and run, over a Unix socket in the run's folder; it starts the worker when
-there is none. The worker keeps the models of the last `MAX_MODELS` configurations it
-served loaded, so a slot that alternates between configurations does not reload them.
-It computes with the same code as a cold job
-(`multigeom_workflow.estimate.estimate_request`, same thread count), so the per-image
-file holds the same tensors. Only the job holding the slot talks to its worker, so a
-worker serves one request at a time.
+A per-image job (`multigeom_workflow.compute.client`) holds a slot (a GPU, or a share of
+the CPU; `multigeom_workflow.compute.gpus`) and hands its `EstimateRequest` to the
+worker bound to that slot and run, over a Unix socket in the run's folder; it starts the
+worker when there is none. The worker keeps the models of the last `MAX_MODELS`
+configurations it served loaded, so a slot that alternates between configurations does
+not reload them. It computes with the same code as a cold job
+(`multigeom_workflow.compute.estimate.estimate_request`, same thread count), so the
+per-image file holds the same tensors. Only the job holding the slot talks to its
+worker, so a worker serves one request at a time.
 
 A worker computes only while its slot is held for it:
 
-- it holds the slot's compute lock (`multigeom_workflow.gpus.compute_lock`) while it
-  loads models and computes, so no two processes ever compute on one GPU;
+- it holds the slot's compute lock (`multigeom_workflow.compute.gpus.compute_lock`)
+  while it loads models and computes, so no two processes ever compute on one GPU;
 - it watches the connection of the job that asked: if that job goes (the job or the
   whole run killed, SIGKILL included), the worker logs one line, removes the
   temporary folder of the unfinished per-image file and ends at once, before the slot
@@ -157,7 +157,7 @@ def request_estimate(
     if sock is None:
         path.unlink(missing_ok=True)  # a worker that died left its socket
         log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "multigeom_workflow.workers"]
+        cmd = [sys.executable, "-m", "multigeom_workflow.compute.workers"]
         cmd += ["--socket", str(path), "--spec", json.dumps(spec)]
         cmd += ["--idle-s", str(idle_s)]
         with open(log, "a") as out:
@@ -318,10 +318,10 @@ def clean_after_killed_runs(per_image_dirs) -> list[Path]:
     """
     What runs that were killed (SIGKILL) left behind, removed at the start of a run:
     the folders of ended runs (CPU share locks, workers' sockets;
-    `multigeom_workflow.gpus.clean_ended_runs`) and the temporary folders of unfinished
-    per-image files (``.img0005.xxxx/`` beside ``img0005.pt``) in `per_image_dirs`.
-    Called only once the run holds its working directory (Snakemake's lock), so no
-    other run is writing there.
+    `multigeom_workflow.compute.gpus.clean_ended_runs`) and the temporary folders of
+    unfinished per-image files (``.img0005.xxxx/`` beside ``img0005.pt``) in
+    `per_image_dirs`. Called only once the run holds its working directory (Snakemake's
+    lock), so no other run is writing there.
 
     Returns
     -------

@@ -1,9 +1,9 @@
 """
-What a per-image job asks for, in one typed request that travels as JSON: from the
-light job process (`multigeom_workflow.client`) to a warm worker over its socket, to
-the same code in the job itself (``workers: cold``), and inside a Modal container
-(which runs the same job). Only the standard library is imported here, so the job
-that hands an image to a warm worker never imports torch.
+What a per-image job asks for, in one typed request that travels as JSON: from the light
+job process (`multigeom_workflow.compute.client`) to a warm worker over its socket, to
+the same code in the job itself (``workers: cold``), and inside a Modal container (which
+runs the same job). Only the standard library is imported here, so the job that hands an
+image to a warm worker never imports torch.
 
 The settings every per-image job of a run shares (device, GPU ids, CPU shares, the
 settings files for provenance, seed, engine, precision, warm or cold) are resolved once

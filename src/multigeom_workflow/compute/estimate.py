@@ -6,8 +6,8 @@ The per-image estimation of G(x) and J(x), by one of two engines.
 (Algorithm 1, seeded with ``seed + i``) and J(x) and writes the per-image file with
 upstream's keys: with engine ``upstream`` by handing the image to upstream's
 `multigeom.pipeline.per_image.estimate_images`, with engine ``fast`` by
-`multigeom_workflow.engine` (same estimator and draws, large batches). It writes into a
-temporary folder beside the target, and the file is renamed into place only when
+`multigeom_workflow.compute.engine` (same estimator and draws, large batches). It writes
+into a temporary folder beside the target, and the file is renamed into place only when
 complete; the provenance records the engine and the precision.
 """
 
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
+from ..files import write_error_line
+from ..inputs.images import load_test_image
+from ..settings.files import to_namespace
 from .engine import ENGINES, check_precision, cpu_threads, estimate_image_fast
-from .files import write_error_line
 from .request import EstimateRequest
-from .scenario import to_namespace
-from .test_images import load_test_image
 
 __all__ = [
     "Models",
@@ -133,10 +133,10 @@ def estimate_to_file(
     provenance_record : dict, optional
         The file's provenance, to which ``engine`` and ``precision`` are added.
     engine : str
-        ``upstream`` or ``fast`` (`multigeom_workflow.engine`).
+        ``upstream`` or ``fast`` (`multigeom_workflow.compute.engine`).
     precision : str
-        The fast engine's precision (`multigeom_workflow.engine.PRECISIONS`); upstream
-        takes only ``fp32``.
+        The fast engine's precision (`multigeom_workflow.compute.engine.PRECISIONS`);
+        upstream takes only ``fp32``.
 
     Returns
     -------
@@ -282,7 +282,7 @@ def estimate_request(models: Models, request: EstimateRequest) -> Path:
         `device_provenance` is added.
         ``engine`` and ``precision`` choose the implementation; on a GPU, torch's
         CPU-side work gets this process's share of the cores
-        (`multigeom_workflow.engine.cpu_threads`).
+        (`multigeom_workflow.compute.engine.cpu_threads`).
 
     Returns
     -------

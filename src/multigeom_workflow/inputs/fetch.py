@@ -23,7 +23,7 @@ import zipfile
 from http.client import HTTPException
 from pathlib import Path
 
-from .files import atomic_path
+from ..files import atomic_path
 
 __all__ = [
     "BACKBONE_WEIGHTS",
@@ -35,7 +35,6 @@ __all__ = [
     "fetch_checkpoint",
     "hub_filename",
     "missing_backbone_weights",
-    "tinyimagenet_val_files",
     "torch_hub_checkpoints_dir",
 ]
 
@@ -49,8 +48,6 @@ TINYIMAGENET_URLS = (
     "https://image-net.org/data/tiny-imagenet-200.zip",
 )
 TINYIMAGENET_BYTES = 248100043
-#: TinyImageNet's validation images: val_0.JPEG ... val_9999.JPEG in val/images.
-TINYIMAGENET_VAL_COUNT = 10000
 #: Torchvision's weight files of the paper's backbones (the file names of
 #: `Inception_V3_Weights.IMAGENET1K_V1` and `ResNet50_Weights.IMAGENET1K_V2`), and how
 #: to put each in torchvision's cache.
@@ -148,16 +145,6 @@ def fetch_checkpoint(
     with atomic_path(out) as tmp:
         shutil.copyfile(cached, tmp)
     return Path(out)
-
-
-def tinyimagenet_val_files(root: str | Path, count: int = TINYIMAGENET_VAL_COUNT):
-    """
-    TinyImageNet's validation images under `root` (the folder that holds
-    ``tiny-imagenet-200``), in upstream's order (sorted paths), known before the
-    download: ``val_0.JPEG``, ``val_1.JPEG``, ``val_10.JPEG``, ...
-    """
-    images = Path(root) / "tiny-imagenet-200" / "val" / "images"
-    return sorted(str(images / f"val_{i}.JPEG") for i in range(count))
 
 
 def _valid_zip(path: Path) -> str | None:

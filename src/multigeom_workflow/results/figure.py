@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import atomic_path
-from .scenario import N_PIXELS
+from ..files import atomic_path
+from ..settings.names import N_PIXELS
 
 __all__ = [
     "PANELS",
@@ -69,11 +69,11 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS, ceiling: dict | None = 
     ----------
     metrics : dict
         Stage 5's metrics (``cross_encoder_metrics.json``, see
-        `multigeom_workflow.alignment.align_configs`).
+        `multigeom_workflow.results.alignment.align_configs`).
     n_pixels : int
         P, the dimension of image space (64 x 64 = 4096), for the chance level k/P.
     ceiling : dict, optional
-        The Monte-Carlo noise ceiling (`multigeom_workflow.science.noise_ceiling`):
+        The Monte-Carlo noise ceiling (`multigeom_workflow.results.science.noise_ceiling`):
         A_k between two estimates of the same configuration, drawn in gray, one line
         per configuration labelled ``"ceiling (2 seeds): <enc>/<area>"``.
 
@@ -162,7 +162,7 @@ def plot_ground_truth(truth: dict, n_pixels: int = N_PIXELS):
     Parameters
     ----------
     truth : dict
-        `multigeom_workflow.science.truth_alignment`'s result.
+        `multigeom_workflow.results.science.truth_alignment`'s result.
     n_pixels : int
         P, for the chance level k/P.
 

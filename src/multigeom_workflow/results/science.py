@@ -8,7 +8,7 @@ References for Fig. 4D-E: the Monte-Carlo noise ceiling and the ground truth.
   alignment can be expected above it. J(x) has no Monte-Carlo part, so its ceiling is 1
   (up to the rotation of near-degenerate eigenvectors).
 * Ground truth: for the demo's synthetic areas (upstream's `GaborTeacher`), the area's
-  own Fisher information J_area(x) per test image (`multigeom_workflow.demo.
+  own Fisher information J_area(x) per test image (`multigeom_workflow.inputs.demo.
   area_fisher`); A_k of each configuration's G(x) and J(x) with it says how well the
   configuration recovers its area's geometry.
 
@@ -28,7 +28,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from .files import atomic_path
+from ..files import atomic_path
+from ..settings.names import CEILING_SEED_OFFSET
 
 __all__ = [
     "CEILING_SEED_OFFSET",
@@ -37,9 +38,6 @@ __all__ = [
     "truth_alignment",
 ]
 
-#: Added to the estimator's seed for the second estimate of the ceiling images: image i
-#: is then seeded with seed + 10**6 + i, a stream no first estimate uses.
-CEILING_SEED_OFFSET = 10**6
 
 
 def ceiling_estimator(estimator: dict) -> dict:

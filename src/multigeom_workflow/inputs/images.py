@@ -26,6 +26,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from ..settings.names import TINYIMAGENET_DIR
+
 __all__ = [
     "DEMO_TEST_PHOTOS",
     "DEMO_TRAIN_PHOTOS",
@@ -35,6 +37,7 @@ __all__ = [
     "check_test_image",
     "list_folder_images",
     "list_tinyimagenet_val",
+    "tinyimagenet_val_files",
     "load_test_image",
     "package_photo",
 ]
@@ -71,6 +74,8 @@ DEMO_TRAIN_PHOTOS: tuple[tuple[str, str], ...] = (
     ("skimage", "retina.jpg"),
 )
 #: File name endings read as images by the ``folder`` source (case-insensitive).
+#: TinyImageNet's validation images: val_0.JPEG ... val_9999.JPEG in val/images.
+TINYIMAGENET_VAL_COUNT = 10000
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".pgm", ".bmp", ".tif", ".tiff")
 #: Where an image is transparent, it is seen on this gray (8-bit RGB): the mean
 #: luminance, 0 in the pipeline's [-1, 1].
@@ -96,24 +101,49 @@ def package_photo(package: str, name: str) -> Path:
     return path
 
 
+def _in_upstream_order(paths) -> list[Path]:
+    """
+    Paths in the order of `multigeom.datasets.TinyImageNetDataset`: sorted sub-folders
+    of ``val``, then their files sorted, which is the order of the paths compared part
+    by part (`pathlib.Path` ordering). The one definition of TinyImageNet's order.
+    """
+    return sorted(Path(p) for p in paths)
+
+
 def list_tinyimagenet_val(root: str | Path) -> list[Path]:
     """
-    TinyImageNet's validation images in upstream's order: under ``<root>/val`` (or
-    ``<root>/tiny-imagenet-200/val``), sorted sub-folders, then their ``*.JPEG`` files
-    sorted, as `multigeom.datasets.TinyImageNetDataset("val")` lists them. Empty if the
-    folder has no ``val``.
+    TinyImageNet's validation images found on disk, in upstream's order
+    (`_in_upstream_order`): under ``<root>/val`` (or ``<root>/tiny-imagenet-200/val``),
+    the ``*.JPEG`` files of its sub-folders. Empty if the folder has no ``val``.
     """
     root = Path(root)
-    if not (root / "val").is_dir() and (root / "tiny-imagenet-200" / "val").is_dir():
-        root = root / "tiny-imagenet-200"
+    if not (root / "val").is_dir() and (root / TINYIMAGENET_DIR / "val").is_dir():
+        root = root / TINYIMAGENET_DIR
     split_dir = root / "val"
     if not split_dir.is_dir():
         return []
-    files: list[Path] = []
-    for cls_dir in sorted(split_dir.iterdir()):
-        if cls_dir.is_dir():
-            files.extend(sorted(cls_dir.rglob("*.JPEG")))
-    return files
+    return _in_upstream_order(
+        f
+        for cls_dir in split_dir.iterdir()
+        if cls_dir.is_dir()
+        for f in cls_dir.rglob("*.JPEG")
+    )
+
+
+def tinyimagenet_val_files(
+    root: str | Path, count: int = TINYIMAGENET_VAL_COUNT
+) -> list[str]:
+    """
+    TinyImageNet's validation images under `root` (the folder that holds
+    ``tiny-imagenet-200``) known before the download, ``val/images/val_<i>.JPEG`` for
+    i < `count`, in upstream's order (`_in_upstream_order`): ``val_0.JPEG``,
+    ``val_1.JPEG``, ``val_10.JPEG``, ...
+    """
+    images = Path(root) / TINYIMAGENET_DIR / "val" / "images"
+    return [
+        str(p)
+        for p in _in_upstream_order(images / f"val_{i}.JPEG" for i in range(count))
+    ]
 
 
 def list_folder_images(folder: str | Path) -> list[Path]:

@@ -1,0 +1,131 @@
+"""
+Checks of the configuration that need no input file and no device: the estimator's
+settings against the diffusion model's and `top_k`, the seeds, the engine and its
+precision, the folders the run writes into. Each failure is one `ConfigError` line
+naming the key, the value and what is allowed; `multigeom_workflow.scenario` calls
+them before any job runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import ConfigError
+from .files import setting, timestep_grid
+from .names import CEILING_SEED_OFFSET, MAX_SEED, N_PIXELS
+
+__all__ = ["check_engine", "check_estimator", "check_seed", "check_writable"]
+
+
+def check_estimator(est: dict, diff: dict, top_k: int, est_file: Path, diff_file: Path):
+    """The checks that upstream makes while running, made before any job."""
+    mc = "monte_carlo"
+    n_samples = int(setting(est, f"{mc}.n_samples", "estimator", est_file))
+    batch = int(setting(est, f"{mc}.batch_size", "estimator", est_file))
+    for part in ("start", "stop", "step"):  # present, or one clear line
+        setting(est, f"{mc}.timestep_grid.{part}", "estimator", est_file)
+    sigma = float(setting(est, f"{mc}.observation_noise_sigma", "estimator", est_file))
+    sigma_train = float(
+        setting(diff, "conditioning.observation_noise_sigma", "diffusion", diff_file)
+    )
+    n_train_t = int(
+        setting(diff, "scheduler.num_train_timesteps", "diffusion", diff_file)
+    )
+    if batch < 1 or n_samples % batch:
+        raise ConfigError(
+            f"config key 'estimator' = {str(est_file)!r}: monte_carlo.n_samples = "
+            f"{n_samples} must be a positive multiple of monte_carlo.batch_size = "
+            f"{batch}"
+        )
+    timesteps = timestep_grid(est)
+    if len(timesteps) < 2 or timesteps[0] < 0 or timesteps[-1] >= n_train_t:
+        raise ConfigError(
+            f"config key 'estimator' = {str(est_file)!r}: monte_carlo.timestep_grid "
+            f"gives {list(timesteps)}; at least 2 timesteps in [0, {n_train_t}) allowed"
+        )
+    if sigma != sigma_train:
+        raise ConfigError(
+            f"config key 'estimator' = {str(est_file)!r}: observation_noise_sigma = "
+            f"{sigma} differs from the sigma = {sigma_train} the diffusion model of "
+            f"{str(diff_file)!r} was trained with; they must be equal"
+        )
+    rows = len(timesteps) * n_samples
+    if top_k > min(rows, N_PIXELS):
+        raise ConfigError(
+            f"config key 'top_k' = {top_k}: the estimator gives "
+            f"{len(timesteps)} timesteps x {n_samples} samples = {rows} rows, so at "
+            f"most {min(rows, N_PIXELS)} eigenvectors of G(x) are allowed"
+        )
+    if not (est.get("fisher_baseline") or {}).get("enabled", True):
+        raise ConfigError(
+            f"config key 'estimator' = {str(est_file)!r}: fisher_baseline.enabled = "
+            "false; the workflow compares J(x) too (panel E, every per-image file "
+            "holds it): allowed: true (or leave the key out)"
+        )
+    n_neurons = int(setting(diff, "conditioning.mlp_layers", "diffusion", diff_file)[0])
+    if top_k > n_neurons:
+        raise ConfigError(
+            f"config key 'top_k' = {top_k}: J(x) has rank at most the {n_neurons} "
+            f"neurons of the diffusion model's conditioning; at most {n_neurons} "
+            "allowed"
+        )
+
+
+def check_seed(seed: int, n_images: int, ceiling_images: int = 0):
+    """
+    Image i is seeded with seed + i, and its noise-ceiling estimate with
+    seed + `CEILING_SEED_OFFSET` + i: every one must fit `torch.Generator`.
+    """
+    offset = n_images - 1
+    if ceiling_images:
+        offset = max(offset, CEILING_SEED_OFFSET + ceiling_images - 1)
+    if seed < 0 or seed + offset > MAX_SEED:
+        raise ConfigError(
+            f"config key 'seed' = {seed}: image i is seeded with seed + i (and its "
+            f"noise-ceiling estimate with seed + {CEILING_SEED_OFFSET} + i), which "
+            f"torch.Generator.manual_seed takes from 0 to 2**64 - 1; allowed with "
+            f"n_images = {n_images}, noise_ceiling_images = {ceiling_images}: 0 to "
+            f"{MAX_SEED - offset}"
+        )
+
+
+def check_writable(config: dict, runs_dir: str, configurations=()):
+    """The folders the run writes into: existing ones must be writable folders."""
+    folders = [("runs_dir", runs_dir), ("results_dir", str(config["results_dir"]))]
+    for key, value in folders:
+        path = Path(value)
+        below = []
+        if key == "runs_dir":
+            below = [path / "per_image", path / "metrics"] + [
+                path / "per_image" / c.encoder / c.area for c in configurations
+            ]
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        for folder in [path, *(p for p in below if p.exists())]:
+            if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+                what = "not a folder" if not folder.is_dir() else "not writable"
+                raise ConfigError(
+                    f"config key {key!r} = {value!r}: {str(folder)!r} is {what}; give "
+                    "a folder this user can write to (or fix its permissions)"
+                )
+
+
+def check_engine(config: dict, device: str, remote: bool) -> tuple[str, str]:
+    """
+    The config's ``engine`` and ``precision`` (defaults fast and fp32), checked against
+    each other and the device: tf32 needs a CUDA device, upstream runs in fp32 only.
+    """
+    engine = str(config.get("engine", "fast"))
+    precision = str(config.get("precision", "fp32"))
+    if engine == "upstream" and precision != "fp32":
+        raise ConfigError(
+            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
+            "only; allowed: fp32 (or engine: fast)"
+        )
+    if precision == "tf32" and not device.startswith("cuda") and not remote:
+        raise ConfigError(
+            f"config key 'precision' = 'tf32' needs a CUDA device (device resolves to "
+            f"{device!r}); allowed on the CPU: fp32"
+        )
+    return engine, precision

@@ -1,0 +1,87 @@
+"""
+Loading the configuration as Snakemake does, for the commands that start no Snakemake
+run (``multigeom-workflow progress``, ``verify``, ``clear``): Snakemake's own functions,
+in Snakemake's order, so that the CLI and the Snakefile see the same configuration.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from .errors import ConfigError
+
+__all__ = ["SNAKEFILE_CONFIGFILE", "load_config"]
+
+
+#: The Snakefile's ``configfile:`` (relative to the working directory, as Snakemake
+#: reads it).
+SNAKEFILE_CONFIGFILE = "config/config.yaml"
+
+
+def _load_configfile(path: str, flag: str) -> dict:
+    """Snakemake's `load_configfile`, its errors as one line naming the file."""
+    from snakemake.common.configfile import load_configfile
+    from snakemake_interface_common.exceptions import WorkflowError
+
+    if not Path(path).is_file():
+        raise ConfigError(f"{flag} {path!r}: no such file")
+    try:
+        return load_configfile(path)
+    except WorkflowError as err:
+        if "keys at top level" in str(err):
+            import yaml
+
+            data = yaml.safe_load(Path(path).read_text())
+            raise ConfigError(
+                f"{flag} {path!r}: holds a {type(data).__name__}, not a mapping of "
+                "config keys; write one `key: value` per line at the top level"
+            ) from None
+        raise ConfigError(f"{flag} {path!r}: {' '.join(str(err).split())}") from None
+
+
+def load_config(
+    configfiles: list[str],
+    overrides: list[str],
+    workflow_dir: Path | None = None,
+    replace_workflow_config: bool = False,
+) -> dict:
+    """
+    The configuration Snakemake sees, loaded and merged by Snakemake's own functions
+    (`snakemake.common.configfile.load_configfile`, `snakemake.utils.update_config`,
+    `snakemake.cli.parse_config`) in Snakemake's order (`Workflow.configfile`): the
+    ``--configfile`` files deep-merged in order, then ``--config KEY=VALUE``, make the
+    command line's settings; the Snakefile's ``configfile:`` (``config/config.yaml`` of
+    the working directory) is loaded when present, and the command line's settings are
+    deep-merged over it (or replace it, with ``--replace-workflow-config``).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the file or the entry: a missing file, a file that is not a
+        mapping, an override that is not ``KEY=VALUE``.
+    """
+    from snakemake.cli import parse_config
+    from snakemake.utils import update_config
+
+    command_line: dict = {}
+    for name in configfiles:
+        update_config(command_line, _load_configfile(name, "--configfile"))
+    try:
+        update_config(command_line, parse_config(overrides))
+    except Exception as err:  # ValueError, Snakemake's WorkflowError
+        raise ConfigError(f"--config {' '.join(overrides)!r}: {err}") from None
+    config = copy.deepcopy(command_line)
+    if Path(SNAKEFILE_CONFIGFILE).exists():
+        update_config(config, _load_configfile(SNAKEFILE_CONFIGFILE, "configfile"))
+        if command_line:
+            if replace_workflow_config:
+                config = {}
+            update_config(config, command_line)
+    elif not configfiles:
+        raise ConfigError(
+            f"the Snakefile's configfile {SNAKEFILE_CONFIGFILE!r} is not in this "
+            f"folder ({Path.cwd()}): run in the working directory of the runs, or give "
+            "--configfile"
+        )
+    return config

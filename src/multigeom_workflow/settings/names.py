@@ -1,0 +1,45 @@
+"""
+The workflow's vocabulary: the names of encoders and areas, the size of a test image,
+the range of seeds, the folder names of downloads. Each fact is written here once; the
+config schema's enums and the rules' wildcard constraints are checked against it
+(tests/test_layout.py).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AREAS",
+    "CEILING_SEED_OFFSET",
+    "DEMO_AREAS",
+    "DEMO_ENCODERS",
+    "ENCODERS",
+    "MAX_SEED",
+    "N_PIXELS",
+    "PAPER_AREAS",
+    "PAPER_ENCODERS",
+    "TINYIMAGENET_DIR",
+]
+
+#: Encoders built by the workflow's embedded demo (see
+#: `multigeom_workflow.inputs.demo`).
+DEMO_ENCODERS = ("onoff", "smallcnn", "widecnn")
+#: Synthetic areas of the demo: populations of upstream's `GaborTeacher`.
+DEMO_AREAS = ("complex", "simple")
+#: Encoders and areas of the paper (Azeglio et al. 2026, Fig. 4D-E).
+PAPER_ENCODERS = ("inception", "resnet50", "onoff")
+PAPER_AREAS = ("V1", "V4")
+ENCODERS = tuple(dict.fromkeys(PAPER_ENCODERS + DEMO_ENCODERS))
+AREAS = PAPER_AREAS + DEMO_AREAS
+#: Pixels of a test image, 64 x 64 (upstream `multigeom.datasets.CANONICAL_TRANSFORM`).
+N_PIXELS = 64 * 64
+
+
+#: The seeds `torch.Generator.manual_seed` takes without overflow: 0 to 2**64 - 1
+#: (negative ones alias positive ones, -1 being 2**64 - 1).
+MAX_SEED = 2**64 - 1
+#: The name of TinyImageNet's folder, inside the archive and on disk.
+TINYIMAGENET_DIR = "tiny-imagenet-200"
+#: Added to the estimator's seed for the second estimate of the ceiling images: image i
+#: is then seeded with seed + 10**6 + i, a stream no first estimate uses
+#: (`multigeom_workflow.results.science`).
+CEILING_SEED_OFFSET = 10**6
