@@ -140,7 +140,7 @@ def test_resume_recomputes_only_the_deleted_image(tiny_copy):
 def test_lint_has_only_the_one_environment_remark(tmp_path):
     """
     `snakemake --lint` finds nothing but its per-rule conda suggestion: the workflow
-    runs in the one environment it is installed in (README, "Development").
+    runs in the one environment it is installed in (docs/development.md, "Lint").
     """
     result = run_snakemake(tmp_path, "--lint")
     text = result.stdout + result.stderr
