@@ -222,7 +222,7 @@ def rows_per_call(
 
 #: How the fast engine takes the top-k eigenpairs of DᵀD: ``gram`` (the float64 Gram
 #: matrix's eigendecomposition), ``svd`` (upstream's float32 thin SVD of D) or ``auto``
-#: (gram on a GPU; svd on the CPU, where the Gram route was not faster: README).
+#: (gram on a GPU; svd on the CPU, where the Gram route was not faster: docs/gpus.md).
 EIGEN_METHODS = ("auto", "gram", "svd")
 
 

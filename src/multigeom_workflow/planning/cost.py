@@ -54,7 +54,7 @@ DEFAULT_SECONDS_PER_IMAGE = {"gpu": 15.0, "modal": 30.0, "cpu": 885.0}
 #: Seconds per image with the paper's settings, per engine. The fast engine has not been
 #: timed on a GPU yet (benchmarks/engine_speed.py --device cuda does it): until then
 #: its GPU figures are upstream's, an upper bound. On the CPU the UNet passes (batches
-#: as upstream's) dominate and the two engines cost the same (README, engine speed).
+#: as upstream's) dominate and the two engines cost the same (docs/gpus.md).
 ENGINE_SECONDS_PER_IMAGE = {
     "upstream": DEFAULT_SECONDS_PER_IMAGE,
     "fast": dict(DEFAULT_SECONDS_PER_IMAGE),
