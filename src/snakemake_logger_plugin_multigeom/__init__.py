@@ -67,25 +67,34 @@ class LogHandler(LogHandlerBase):
     # Snakemake's interface -------------------------------------------------------
     @property
     def writes_to_stream(self) -> bool:
+        """True: the view is drawn on the terminal's stream (stderr)."""
         return True
 
     @property
     def writes_to_file(self) -> bool:
+        """False: no log file of its own (Snakemake's log file is kept)."""
         return False
 
     @property
     def has_filter(self) -> bool:
-        return False  # Snakemake's default filter (quiet, verbose, dry run)
+        """False: Snakemake's default filter applies (quiet, verbose, dry run)."""
+        return False
 
     @property
     def has_formatter(self) -> bool:
-        return False  # Snakemake's default formatter
+        """False: Snakemake's default formatter writes each record's text."""
+        return False
 
     @property
     def needs_rulegraph(self) -> bool:
+        """False: the view needs no rule graph."""
         return False
 
     def emit(self, record: logging.LogRecord) -> None:
+        """
+        Write a record's text above the view, and update the view when a job
+        finishes; the rate counts from the first per-image job.
+        """
         try:
             message = self.format(record)
         except Exception:
@@ -107,6 +116,7 @@ class LogHandler(LogHandlerBase):
             self._update()
 
     def close(self) -> None:
+        """Stop redrawing and leave the last view on the terminal."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.interval)

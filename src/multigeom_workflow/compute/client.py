@@ -81,7 +81,7 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
 
 
 def _hold(run: RunSettings):
-    """This job's slot: one of the run's GPUs (``cuda:N``: that one), or a CPU share."""
+    """Hold the job's slot: a GPU of the run (``cuda:N``: that one) or a CPU share."""
     if run.device.startswith("cuda"):
         want = int(run.device.split(":")[1]) if ":" in run.device else None
         return hold_gpu(run.gpu_ids, want=want)

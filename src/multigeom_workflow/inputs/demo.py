@@ -65,9 +65,7 @@ TEACHERS = {
 
 
 def export_photo(source: Path, out: str | Path) -> None:
-    """
-    Write a photograph as a lossless PNG (same pixels, same mode), atomically.
-    """
+    """Write a photograph as a lossless PNG (same pixels, same mode), atomically."""
     with Image.open(source) as img, atomic_path(out) as tmp:
         img.save(tmp, format="PNG")
 

@@ -50,9 +50,7 @@ MODAL_STARTER_MAX_GPUS = 10
 
 
 def progress(scenario: Scenario) -> dict[tuple[str, str], tuple[int, int]]:
-    """
-    Per configuration (encoder, area): (per-image files done, first n_images images).
-    """
+    """Per configuration (encoder, area): (per-image files done, n_images)."""
     out = {}
     for c in scenario.configurations:
         files = scenario.per_image_files(c)

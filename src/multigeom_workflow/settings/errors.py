@@ -13,9 +13,7 @@ class ConfigError(ValueError):
 
 
 def schema_error_line(error) -> str:
-    """
-    One line for a `jsonschema.ValidationError`: the key path, the value and the rule.
-    """
+    """One line for a `jsonschema.ValidationError`: key path, value and rule."""
     key = "".join(
         f"[{part}]" if isinstance(part, int) else f".{part}"
         for part in error.absolute_path
