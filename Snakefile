@@ -16,7 +16,6 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
-include: "rules/plan.smk"
 include: "rules/demo.smk"
 include: "rules/fetch.smk"
 include: "rules/estimate.smk"

@@ -27,7 +27,7 @@ except ConfigError as err:
     # One line on stderr and exit status 1, before any job: Snakemake would wrap a
     # raised error in a traceback of the rule files.
     sys.exit(f"config error: {err}")
-# Problems that stop a real run (at its start, rules/plan.smk, where the executor is
+# Problems that stop a real run (at its start, `check_before_first_job`, where the executor is
 # known: a Modal container's image brings its own weights); a dry run shows its plan
 # with them as warnings.
 if workflow.output_settings.dryrun:
@@ -39,15 +39,22 @@ for _note in SCENARIO.notes:
     print(_note, file=sys.stderr)
 if SCENARIO.stage5_skipped:
     print(SCENARIO.stage5_skipped, file=sys.stderr)
-# What every per-image job of this run shares, resolved once here and handed to them in
-# the environment (they inherit it): the run (the process its warm workers and CPU
-# shares belong to), device, GPU ids, CPU shares, settings files, seed, engine.
-# In a SLURM allocation (a shard, profiles/slurm) every per-image job is a Snakemake
-# process of its own: they keep the allocation's first Snakemake as their run, so that
-# one warm worker serves the whole shard, with slot locks of the allocation's own
-# (SLURM numbers every allocation's GPUs from 0, and allocations may share a node).
-_slurm_job = os.environ.get("SLURM_JOB_ID", "")
-if not _slurm_job or os.environ.get("MULTIGEOM_SLURM_JOB_ID") != _slurm_job:
+
+
+def export_run_settings():
+    """
+    What every per-image job of this run shares, resolved once here and handed to them
+    in the environment (they inherit it; `RunSettings.to_env`): the run (the process
+    its warm workers and CPU shares belong to), device, GPU ids, CPU shares, settings
+    files, seed, engine. In a SLURM allocation (a shard, profiles/slurm) every
+    per-image job is a Snakemake process of its own: they keep the allocation's first
+    Snakemake as their run, so that one warm worker serves the whole shard, with slot
+    locks of the allocation's own (SLURM numbers every allocation's GPUs from 0, and
+    allocations may share a node).
+    """
+    slurm_job = os.environ.get("SLURM_JOB_ID", "")
+    if slurm_job and os.environ.get("MULTIGEOM_SLURM_JOB_ID") == slurm_job:
+        return  # a later Snakemake process of the same allocation
     os.environ.update(
         RunSettings(
             run_id=str(os.getpid()),
@@ -63,25 +70,38 @@ if not _slurm_job or os.environ.get("MULTIGEOM_SLURM_JOB_ID") != _slurm_job:
             engine=SCENARIO.engine,
             precision=SCENARIO.precision,
         ).to_env(),
-        MULTIGEOM_SLURM_JOB_ID=_slurm_job,
+        MULTIGEOM_SLURM_JOB_ID=slurm_job,
     )
-    if _slurm_job:
+    if slurm_job:
         from multigeom_workflow.compute.gpus import lock_dir
 
-        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{_slurm_job}"))
+        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{slurm_job}"))
+
+
+export_run_settings()
 RUNS = SCENARIO.runs_dir
 RESULTS = config["results_dir"].rstrip("/")
 DEMO = config["demo"]
 # Per-image jobs compute on the GPU Snakemake gives them when the device is CUDA.
 ESTIMATE_GPUS = 1 if SCENARIO.uses_gpu else 0
-# The per-image computations left, split into balanced shards (Snakemake groups
-# shard-00, shard-01, ...). Each shard's group is registered under the one name "shard",
-# so a profile's `group-components: [shard=N]` makes one submission of up to N images
-# of a shard (Snakemake keys --group-components by that name, as for groups written
-# with wildcards).
-# Groups matter only where Snakemake submits them: remote executors, which require
-# --jobs (and the jobs they run remotely). Local runs ignore groups, and a dry run
-# plans faster without them.
+
+
+def register_shard_groups(shards):
+    """
+    Make every shard's group (``shard-00``, ``shard-01``, ...) count as the one group
+    name "shard", so that a profile's `group-components: [shard=N]` makes one
+    submission of up to N images of a shard: Snakemake keys --group-components by that
+    parent name, as for groups written with wildcards. This writes Snakemake's internal
+    `workflow.parent_groupids` (the mapping it fills for such groups; Snakemake 9.19 to
+    9.x): tests/test_shards.py and tests/test_slurm.py fail if an upgrade changes it.
+    """
+    for shard in set(shards.values()):
+        workflow.parent_groupids[shard] = SHARD_GROUP
+
+
+# The per-image computations left, split into balanced shards. Groups matter only
+# where Snakemake submits them: remote executors, which require --jobs (and the jobs
+# they run remotely). Local runs ignore groups, and a dry run plans faster without them.
 SHARDED = workflow.resource_settings.nodes is not None or not workflow.is_main_process
 SHARDS = (
     shard_groups(
@@ -91,9 +111,7 @@ SHARDS = (
     if SHARDED
     else {}
 )
-for _shard in set(SHARDS.values()):
-    workflow.parent_groupids[_shard] = SHARD_GROUP
-
+register_shard_groups(SHARDS)
 
 wildcard_constraints:
     encoder="[A-Za-z0-9_]+",
@@ -174,7 +192,7 @@ def get_per_image_files(wildcards=None):
 
 def prepare_estimate_jobs():
     """
-    At the start of a real run (onstart, rules/plan.smk), once Snakemake holds the
+    At the start of a real run (onstart, below), once Snakemake holds the
     working directory: remove what killed runs left (ended runs' sockets and CPU
     shares, temporary folders beside per-image files), and, on this machine's GPUs,
     start no more per-image jobs than there are GPUs (the `gpu` resource, unless
@@ -246,3 +264,102 @@ def get_science_outputs():
         ]
         out += [f"{RESULTS}/ground_truth.png", f"{RESULTS}/ground_truth.pdf"]
     return out
+
+
+# What is left and what it will take: every dry run prints the estimate before its job
+# list; a real run with the Modal executor refuses to start over budget.
+from multigeom_workflow.planning.cost import budget_problem
+from multigeom_workflow.planning.cost import read_timings
+from multigeom_workflow.planning.live_view import set_plan
+from multigeom_workflow.planning.plan import (
+    estimate_lines,
+    progress,
+    run_estimates,
+    slurm_estimate,
+    slurm_lines,
+    slurm_runtime_minutes,
+)
+
+
+def _estimates(done, modal_gpu=None):
+    """The local and the Modal estimate of the work left, with this run's settings."""
+    settings = workflow.resource_settings
+    resources = {
+        name: getattr(value, "value", value)
+        for name, value in dict(settings.resources).items()
+        if not name.startswith("_")
+    }
+    return run_estimates(
+        SCENARIO, done, settings.cores, settings.nodes, resources, modal_gpu
+    )
+
+
+# A run for SLURM (profiles/slurm asks SLURM resources of the per-image jobs): the
+# dry run adds GPU-hours per shard, and a per-image job's `runtime` (minutes; a shard's
+# time limit is their sum) follows the seconds per image of the estimate. Elsewhere,
+# and inside an allocation, `runtime` is not used: no per-image file is read for it.
+SLURM_RUN = any(
+    name.startswith("slurm_")
+    for resources in (
+        workflow.resource_settings.overwrite_resources.get("estimate_image", {}),
+        workflow.resource_settings.default_resources or {},
+    )
+    for name in resources
+) and not workflow.remote_exec
+_slurm = (
+    slurm_estimate(
+        SCENARIO,
+        read_timings(SCENARIO.per_image_files(), engine=SCENARIO.engine),
+        workflow.resource_settings.nodes,
+    )
+    if SLURM_RUN
+    else None
+)
+ESTIMATE_RUNTIME_MIN = slurm_runtime_minutes(_slurm[1]) if _slurm and _slurm[0] else None
+
+if not workflow.output_settings.dryrun and not workflow.remote_exec:
+    # the per-image files of the run, for the live view (--logger multigeom)
+    set_plan(
+        {
+            f"{c.encoder}/{c.area}": SCENARIO.per_image_files(c)
+            for c in SCENARIO.configurations
+        }
+    )
+
+if workflow.output_settings.dryrun:
+    _done = progress(SCENARIO)
+    _lines = estimate_lines(SCENARIO, _done, *_estimates(_done))
+    if _slurm:
+        _lines += slurm_lines(*_slurm)
+    print("\n".join(_lines), file=sys.stderr)
+
+
+def check_before_first_job():
+    """
+    At the start of a real run, where the executor is known: local runs need
+    torchvision's weights (`Scenario.blockers`); on Modal the container image holds
+    them, a folder of test images cannot be listed there, and the run must fit the
+    budget (`modal.max_cost_usd`) at the executor's GPU. Exits with one line.
+    """
+    plugin = workflow.executor_plugin
+    if getattr(plugin, "name", None) != "modal":
+        for problem in SCENARIO.blockers:
+            sys.exit(f"config error: {problem}")
+    else:
+        if SCENARIO.test_source == "folder":
+            sys.exit(
+                "config error: config key 'test_images.source' = 'folder': not "
+                "supported on Modal (a container holds only its shard's images, so "
+                "the folder's order cannot be read there); use tinyimagenet or demo, "
+                "or run locally"
+            )
+        gpu = getattr(workflow.executor_settings, "gpu", None)
+        modal = _estimates(progress(SCENARIO), gpu)[1]
+        problem = budget_problem(modal, SCENARIO.modal["max_cost_usd"])
+        if problem:
+            sys.exit(problem)
+
+
+onstart:
+    prepare_estimate_jobs()
+    check_before_first_job()

@@ -35,6 +35,6 @@ rule estimate_image:
     threads: 1
     resources:
         gpu=ESTIMATE_GPUS,
-        runtime=ESTIMATE_RUNTIME_MIN,  # minutes, for SLURM only (rules/plan.smk)
+        runtime=ESTIMATE_RUNTIME_MIN,  # minutes, for SLURM only (rules/common.smk)
     shell:
         ESTIMATE_IMAGE_SHELL

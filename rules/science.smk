@@ -24,7 +24,7 @@ rule estimate_image_ceiling:
     threads: 1
     resources:
         gpu=ESTIMATE_GPUS,
-        runtime=ESTIMATE_RUNTIME_MIN,  # minutes, for SLURM only (rules/plan.smk)
+        runtime=ESTIMATE_RUNTIME_MIN,  # minutes, for SLURM only (rules/common.smk)
     shell:
         ESTIMATE_IMAGE_SHELL
 
