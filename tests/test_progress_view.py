@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from multigeom_workflow import progress_view
-from multigeom_workflow.planning.live_view import ProgressState, format_duration_short
+from multigeom_workflow.planning.cost import format_duration_short
+from multigeom_workflow.planning.live_view import ProgressState
 from snakemake_logger_plugin_multigeom import LogHandler, LogHandlerSettings
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "budget_problem",
     "estimate_cost",
     "format_duration",
+    "format_duration_short",
     "gpu_matches",
     "measured_seconds_per_image",
     "monte_carlo_work",
@@ -257,6 +258,13 @@ def format_duration(seconds: float) -> str:
     """``"2,415 s (40 min)"``-style text for a number of seconds."""
     if seconds < 90:
         return f"{seconds:,.0f} s"
+    return f"{seconds:,.0f} s ({format_duration_short(seconds)})"
+
+
+def format_duration_short(seconds: float) -> str:
+    """``"45 s"``, ``"12 min"``, ``"3.4 h"``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
     if seconds < 5400:
-        return f"{seconds:,.0f} s ({seconds / 60:.0f} min)"
-    return f"{seconds:,.0f} s ({seconds / 3600:.1f} h)"
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -20,7 +20,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["PLAN", "ProgressState", "format_duration_short", "set_plan"]
+from .cost import format_duration_short
+
+__all__ = ["PLAN", "ProgressState", "set_plan"]
 
 #: configuration ("encoder/area") -> its per-image files; filled by `set_plan`.
 PLAN: dict[str, list[str]] = {}
@@ -30,15 +32,6 @@ def set_plan(files_by_configuration: dict[str, list[str]]) -> None:
     """Hand the run's per-image files, by configuration, to the progress view."""
     PLAN.clear()
     PLAN.update({k: list(v) for k, v in files_by_configuration.items()})
-
-
-def format_duration_short(seconds: float) -> str:
-    """``"45 s"``, ``"12 min"``, ``"3.4 h"``."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 @dataclass
