@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from multigeom_workflow import progress_view
+from multigeom_workflow.planning import live_view
 from multigeom_workflow.planning.cost import format_duration_short
 from multigeom_workflow.planning.live_view import ProgressState
 from snakemake_logger_plugin_multigeom import LogHandler, LogHandlerSettings
@@ -64,7 +64,7 @@ def test_durations_are_short():
 
 def test_plain_lines_when_not_a_terminal(tmp_path, monkeypatch):
     plan = make_plan(tmp_path, {"a/V1": 0})
-    monkeypatch.setattr(progress_view, "PLAN", plan)
+    monkeypatch.setattr(live_view, "PLAN", plan)
     out = io.StringIO()  # not a terminal
     monkeypatch.setattr(sys, "stderr", out)
     common = SimpleNamespace(stdout=False, dryrun=False)
@@ -90,7 +90,7 @@ def test_plain_lines_when_not_a_terminal(tmp_path, monkeypatch):
 
 
 def test_no_view_in_a_dry_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(progress_view, "PLAN", make_plan(tmp_path, {"a/V1": 0}))
+    monkeypatch.setattr(live_view, "PLAN", make_plan(tmp_path, {"a/V1": 0}))
     out = io.StringIO()
     monkeypatch.setattr(sys, "stderr", out)
     handler = LogHandler(SimpleNamespace(stdout=False, dryrun=True), None)
