@@ -69,6 +69,11 @@ BAD = [
     ),
     ({"shards": 0}, {}, ["'shards' = 0", "allowed: auto or an integer >= 1"]),
     (
+        {"noise_ceiling_images": 3, "n_images": 2},
+        {},
+        ["'noise_ceiling_images' = 3", "allowed: 0 to n_images (2)"],
+    ),
+    (
         {"colour": "red"},
         {},
         ["'colour' was unexpected", "allowed keys: configs, n_images, runs_dir"],

@@ -11,7 +11,9 @@ from conftest import TINY_CONFIG, run_snakemake
 
 BAD = [
     # (changes to the reduced demo's config, words the message must hold)
-    ({"n_images": 0}, ["'n_images'", "0", "minimum of 1"]),
+    ({"n_images": 0}, ["'n_images' = 0", "allowed: an integer >= 1"]),
+    ({"engine": "turbo"}, ["'engine' = 'turbo'", "allowed: upstream, fast"]),
+    ({"top_k": "many"}, ["'top_k' = 'many'", "allowed: an integer >= 1"]),
     ({"n_images": 17}, ["'n_images' = 17", "16 images", "1 to 16"]),
     (
         {"configs": [{"encoder": "vgg", "area": "V1"}]},

@@ -441,9 +441,13 @@ def load_scenario(
     )
     if listed and not remote:  # files already there: each must read as an image
         _check_readable(files[:n_images])
-    check_seed(
-        int(config["seed"]), n_images, int(config.get("noise_ceiling_images") or 0)
-    )
+    ceiling_images = int(config.get("noise_ceiling_images") or 0)
+    if ceiling_images > n_images:
+        raise ConfigError(
+            f"config key 'noise_ceiling_images' = {ceiling_images}: the ceiling "
+            f"compares images of the run; allowed: 0 to n_images ({n_images})"
+        )
+    check_seed(int(config["seed"]), n_images, ceiling_images)
     _check_device(str(config["device"]))
     if not remote:
         check_writable(config, runs_dir, configurations)

@@ -7,6 +7,17 @@ from __future__ import annotations
 
 __all__ = ["ConfigError", "schema_error_line"]
 
+#: Schema rules whose failure is said as "allowed: <the values, or type and bounds>".
+BOUNDED = (
+    "enum",
+    "const",
+    "type",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+)
+
 
 class ConfigError(ValueError):
     """Bad configuration value; the message is one line: key, value, what is allowed."""
@@ -27,6 +38,8 @@ def schema_error_line(error) -> str:
     elif error.validator in ("oneOf", "anyOf"):  # "not valid under any": say what is
         allowed = " or ".join(_describe(sub) for sub in error.validator_value)
         message = f"not allowed; allowed: {allowed}"
+    elif error.validator in BOUNDED:  # jsonschema's "'x' is not one of [...]" and kin
+        message = f"not allowed; allowed: {_describe(error.schema)}"
     elif error.validator == "additionalProperties":
         known = ", ".join(error.schema.get("properties", {}))
         message += f"; allowed keys: {known}"
