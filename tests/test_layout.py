@@ -74,3 +74,18 @@ def test_an_upward_import_is_seen(tmp_path):
     found = list(imports(probe, package_dir))
     assert found == ["multigeom_workflow.scenario", "multigeom_workflow.settings.names"]
     assert layer_of(part_of(found[0])) > layer_of("settings")
+
+
+def test_modal_image_caches_the_backbone_weights_the_workflow_checks():
+    """
+    The Modal profile's image commands (a file Snakemake reads) cache exactly the
+    torchvision weights whose absence `inputs.fetch.missing_backbone_weights` names.
+    """
+    import yaml
+
+    from multigeom_workflow.inputs.fetch import BACKBONE_WEIGHTS
+
+    profile = yaml.safe_load((REPO / "profiles/modal/profile.yaml").read_text())
+    assert profile["modal-image-commands"] == [
+        command for _, command in BACKBONE_WEIGHTS.values()
+    ]
