@@ -321,7 +321,33 @@ if not workflow.output_settings.dryrun and not workflow.remote_exec:
         }
     )
 
+#: How a profile marks a value its user must set (profiles/slurm): a run refuses it.
+PLACEHOLDER_PREFIX = "SET-"
+
+
+def profile_placeholders():
+    """
+    One line per resource value that a profile (or --set-resources) left as the
+    profile's placeholder (``SET-...``, e.g. ``slurm_account=SET-your-account``): SLURM
+    would refuse such an allocation only once submitted, so the run refuses it first.
+    """
+    lines = []
+    for rule, resources in workflow.resource_settings.overwrite_resources.items():
+        for name, value in dict(resources).items():
+            value = str(getattr(value, "raw", value)).strip("'\"")  # as written
+            if value.startswith(PLACEHOLDER_PREFIX):
+                lines.append(
+                    f"profile entry set-resources {rule}:{name}={value} is the "
+                    "profile's placeholder: give your cluster's value in a copy of the "
+                    "profile or with --set-resources, or remove the entry "
+                    "(docs/slurm.md)"
+                )
+    return lines
+
+
 if workflow.output_settings.dryrun:
+    for _line in profile_placeholders():
+        print(f"warning: {_line}", file=sys.stderr)
     _done = progress(SCENARIO)
     _lines = estimate_lines(SCENARIO, _done, *_estimates(_done))
     if _slurm:
@@ -334,8 +360,11 @@ def check_before_first_job():
     At the start of a real run, where the executor is known: local runs need
     torchvision's weights (`Scenario.blockers`); on Modal the container image holds
     them, a folder of test images cannot be listed there, and the run must fit the
-    budget (`modal.max_cost_usd`) at the executor's GPU. Exits with one line.
+    budget (`modal.max_cost_usd`) at the executor's GPU. A profile's placeholder
+    (`profile_placeholders`) stops any run. Exits with one line.
     """
+    for line in profile_placeholders():
+        sys.exit(f"config error: {line}")
     plugin = workflow.executor_plugin
     if getattr(plugin, "name", None) != "modal":
         for problem in SCENARIO.blockers:
