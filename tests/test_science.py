@@ -221,6 +221,6 @@ def test_too_many_ceiling_images_is_one_line(tiny_copy):
     result = run_snakemake(tiny_copy, "-n", "--config", "noise_ceiling_images=3")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        "config error: config key 'noise_ceiling_images' = 3: at most n_images (2); "
-        "the ceiling compares images of the run"
+        "config error: config key 'noise_ceiling_images' = 3: the ceiling compares "
+        "images of the run; allowed: 0 to n_images (2)"
     )

@@ -29,6 +29,7 @@ from .on_modal.volume import (
 from .planning.plan import progress
 from .results.verify import bad_per_image_files, set_aside
 from .scenario import ConfigError, Scenario, validated_scenario
+from .settings.files import CHECKOUT_DIR
 from .settings.load import load_config
 
 __all__ = ["install_profiles", "load_config", "locked", "main"]
@@ -207,7 +208,7 @@ def main(argv=None) -> int:
     common.add_argument(
         "--workflow-dir",
         type=Path,
-        default=Path(__file__).resolve().parents[2],
+        default=CHECKOUT_DIR,
         help="the folder of the workflow's Snakefile (default: this checkout)",
     )
     common.add_argument(

@@ -18,6 +18,8 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 
+from ..settings.files import CHECKOUT_DIR
+
 __all__ = ["add_parser", "cheapest_gpu", "main", "probe"]
 
 #: Where the check's container mounts the volume.
@@ -72,7 +74,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--profile",
         type=Path,
-        default=Path(__file__).resolve().parents[2] / "profiles" / "modal",
+        default=CHECKOUT_DIR / "profiles" / "modal",
         help="the Modal profile folder whose image is checked (default: this "
         "checkout's profiles/modal)",
     )

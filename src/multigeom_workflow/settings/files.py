@@ -16,6 +16,7 @@ import yaml
 from .errors import ConfigError
 
 __all__ = [
+    "CHECKOUT_DIR",
     "load_settings_yaml",
     "packaged_config_dir",
     "resolve_settings_file",
@@ -23,6 +24,10 @@ __all__ = [
     "timestep_grid",
     "to_namespace",
 ]
+
+#: The checkout this package is installed from (editable install: ``pip install -e
+#: .``): the folder of the Snakefile, ``profiles/`` and ``config/``.
+CHECKOUT_DIR = Path(__file__).resolve().parents[3]
 
 
 def to_namespace(settings):
