@@ -12,7 +12,7 @@ import pytest
 import snakemake
 from snakemake.persistence.file import FilePersistence
 from snakemake_executor_plugin_modal.calls import Ledger
-from snakemake_executor_plugin_modal.container import _incomplete
+from snakemake_executor_plugin_modal.container import DONE, _incomplete
 from snakemake_executor_plugin_modal.image import pinned_requirements
 from snakemake_executor_plugin_modal.prices import GpuRequest, parse_gpu
 from snakemake_executor_plugin_modal.staging import VolumeStager, relative_to_workdir
@@ -200,6 +200,32 @@ def test_upload_sends_only_missing_or_changed_files(fake_modal, tmp_path):
     assert (committed / "b.txt").read_text() == "c"
     with pytest.raises(WorkflowError, match="does not exist locally"):
         stager.upload(["missing.txt"])
+
+
+def test_files_and_remove_with_reuse_markers(fake_modal, tmp_path):
+    """The listing and deletion the workflow's progress/clear commands call."""
+    work = tmp_path / "work"
+    (work / "out").mkdir(parents=True)
+    for name in ("a.pt", "b.pt"):
+        (work / "out" / name).write_text(name)
+    (work / "in.txt").write_text("in")
+    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    stager = VolumeStager(volume, "proj", work)
+    stager.upload(["out", "in.txt"])
+    markers = work / DONE / "out"
+    markers.mkdir(parents=True)
+    (markers / "a.pt@k1").write_text("k1")
+    (markers / "ab.pt@k2").write_text("k2")  # another file's marker: kept
+    with volume.batch_upload(force=True) as batch:
+        batch.put_directory(str(work / DONE), f"/proj/{DONE}")
+    assert sorted(stager.files("out")) == ["out/a.pt", "out/b.pt"]
+    assert "in.txt" in stager.files() and stager.files("nowhere") == {}
+    assert VolumeStager(volume, "other", work).files() == {}
+    assert stager.remove(["out/a.pt", "out/missing.pt"]) == ["out/a.pt"]
+    assert sorted(stager.files("out")) == ["out/b.pt"]
+    assert sorted(stager.files(DONE)) == [f"{DONE}/out/ab.pt@k2"]
+    # the volume's manifest forgets it: the next upload sends it again
+    assert VolumeStager(volume, "proj", work).upload(["out"]) == ["out/a.pt"]
 
 
 def test_download_is_atomic_and_keeps_the_volume_time(fake_modal, tmp_path):
