@@ -249,10 +249,14 @@ def test_download_is_atomic_and_keeps_the_volume_time(fake_modal, tmp_path):
     assert stager.download(["out/none.txt"], missing_ok=True) == []
 
 
-def _job(gpu=0, gpu_model=None, runtime=None):
+def _job(gpu=0, gpu_model=None, runtime=None, modal_gpu=None, budget=None):
     res = {"gpu": gpu}
     if gpu_model:
         res["gpu_model"] = gpu_model
+    if modal_gpu:
+        res["modal_gpu"] = modal_gpu
+    if budget is not None:
+        res["modal_max_cost_usd"] = budget
     if runtime is not None:
         res["runtime"] = runtime
     return types.SimpleNamespace(resources=res, threads=1)
@@ -266,6 +270,17 @@ def _job(gpu=0, gpu_model=None, runtime=None):
         ([_job(gpu=1)], "H100:2", GpuRequest("H100", 2)),  # the default's count
         ([_job(gpu=2, gpu_model="l4")], "A100", GpuRequest("L4", 2)),
         ([_job(gpu=1), _job(gpu=1), _job()], "T4", GpuRequest("T4", 1)),  # group
+        # a job's modal_gpu wins over gpu_model and --modal-gpu, implies one GPU,
+        # keeps its count and fallback list
+        ([_job(modal_gpu="h200")], "A100", GpuRequest("H200", 1)),
+        ([_job(gpu=1, gpu_model="L4", modal_gpu="H100")], "T4", GpuRequest("H100")),
+        ([_job(gpu=1, modal_gpu="H100:2")], None, GpuRequest("H100", 2)),
+        ([_job(gpu=3, modal_gpu="H100:2")], None, GpuRequest("H100", 3)),
+        (
+            [_job(gpu=1, modal_gpu="A100-80GB,H100")],
+            None,
+            GpuRequest("A100-80GB", 1, ("H100",)),
+        ),
     ],
 )
 def test_gpu_request_from_resources(jobs, default, expected):
@@ -273,11 +288,53 @@ def test_gpu_request_from_resources(jobs, default, expected):
 
     executor = types.SimpleNamespace(
         settings=ExecutorSettings(gpu=default),
-        default_gpu=parse_gpu(default),
+        default_gpu=None if default is None else parse_gpu(default),
         get_jobname=lambda job: "job",
     )
     job = jobs[0] if len(jobs) == 1 else types.SimpleNamespace(jobs=jobs)
     assert Executor.gpu_request(executor, job) == expected
+
+
+@pytest.mark.parametrize(
+    ("setting", "jobs", "expected"),
+    [
+        (None, [_job()], None),
+        (5.0, [_job()], (5.0, "--modal-max-cost-usd")),
+        (None, [_job(budget="12.5")], (12.5, "resource modal_max_cost_usd")),
+        (5.0, [_job(budget="12.5")], (5.0, "--modal-max-cost-usd")),  # the lower
+        (
+            20,
+            [_job(budget=7), _job(budget="3.25")],
+            (3.25, "resource modal_max_cost_usd"),
+        ),
+    ],
+)
+def test_budget_of_a_job(setting, jobs, expected):
+    from snakemake_executor_plugin_modal import Executor, ExecutorSettings
+
+    executor = types.SimpleNamespace(
+        settings=ExecutorSettings(max_cost_usd=setting), get_jobname=lambda job: "j"
+    )
+    job = jobs[0] if len(jobs) == 1 else types.SimpleNamespace(jobs=jobs)
+    assert Executor.budget(executor, job) == expected
+    if expected is not None:  # the ledger refuses above that budget, naming it
+        ledger = Ledger()
+        ledger.add(GpuRequest("H100"), expected[0] / 0.001097 + 1)
+        refusal = ledger.refusal(GpuRequest("H100"), 60.0, 0.0, expected)
+        assert refusal.startswith(expected[1])
+        # 60 s of one H100 (0.066 USD) with nothing spent: within every budget here
+        assert Ledger().refusal(GpuRequest("H100"), 60.0, 0.0, expected) is None
+
+
+def test_budget_resource_errors():
+    from snakemake_executor_plugin_modal import Executor, ExecutorSettings
+
+    executor = types.SimpleNamespace(
+        settings=ExecutorSettings(), get_jobname=lambda job: "j"
+    )
+    for bad in ("ten", "-1", "nan"):
+        with pytest.raises(WorkflowError, match="modal_max_cost_usd=.*number >= 0"):
+            Executor.budget(executor, _job(budget=bad))
 
 
 def test_gpu_request_errors():
@@ -293,8 +350,10 @@ def test_gpu_request_errors():
     group = types.SimpleNamespace(
         jobs=[_job(gpu=1, gpu_model="A100"), _job(gpu=1, gpu_model="H100")]
     )
-    with pytest.raises(WorkflowError, match="different 'gpu_model' resources"):
+    with pytest.raises(WorkflowError, match="request different GPUs"):
         Executor.gpu_request(executor, group)
+    with pytest.raises(WorkflowError, match="resource 'modal_gpu'.*positive integer"):
+        Executor.gpu_request(executor, _job(modal_gpu="H100:0"))
 
 
 def test_runtime_resource_is_minutes():
