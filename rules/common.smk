@@ -170,6 +170,42 @@ def get_shard(wildcards):
     return SHARDS.get(key, SHARD_GROUP)
 
 
+def get_estimate_resources():
+    """
+    The resources of a per-image job (rules estimate_image, estimate_image_ceiling),
+    in one place: `gpu`, 1 when it computes on this machine's GPU (remote profiles set
+    their own count); `runtime`, its time limit in minutes on SLURM (rules/plan.smk);
+    and for the Modal executor plugin, the GPU and the budget of the config's `modal`
+    section (`modal_gpu`, `modal_max_cost_usd`: the plugin reads a job's own values
+    before its --modal-gpu and --modal-max-cost-usd), so that the dry run's estimate
+    and the run on Modal use one GPU type and one budget. A string, because
+    Snakemake rounds a float resource to an integer.
+    """
+    return {
+        "gpu": ESTIMATE_GPUS,
+        "runtime": ESTIMATE_RUNTIME_MIN,
+        "modal_gpu": SCENARIO.modal["gpu"],
+        "modal_max_cost_usd": f"{float(SCENARIO.modal['max_cost_usd']):g}",
+    }
+
+
+def share_estimate_image_resources(target):
+    """
+    Give the rule `target` (another per-image rule: estimate_image_ceiling) the
+    resources that a profile or the command line sets for estimate_image
+    (`set-resources`), except those set for `target` by name: a profile names the
+    per-image rule once.
+    """
+    from snakemake.resources import Resources
+
+    given = workflow.resource_settings.overwrite_resources
+    own = Resources(dict(given.get(target.name, {})))
+    shared = Resources(dict(given.get("estimate_image", {})))
+    target.resources.update(
+        Resources({name: r for name, r in shared.items() if name not in own})
+    )
+
+
 def get_per_image_files(wildcards=None):
     """Every per-image file of the run: all configurations, first n_images images."""
     return SCENARIO.per_image_files()

@@ -14,7 +14,7 @@ from multigeom_workflow.plan import (
 )
 
 
-def _estimates(done, modal_gpu=None):
+def _estimates(done):
     """The local and the Modal estimate of the work left, with this run's settings."""
     settings = workflow.resource_settings
     resources = {
@@ -22,9 +22,7 @@ def _estimates(done, modal_gpu=None):
         for name, value in dict(settings.resources).items()
         if not name.startswith("_")
     }
-    return run_estimates(
-        SCENARIO, done, settings.cores, settings.nodes, resources, modal_gpu
-    )
+    return run_estimates(SCENARIO, done, settings.cores, settings.nodes, resources)
 
 
 # A run for SLURM (profiles/slurm asks SLURM resources of the per-image jobs): the
@@ -69,7 +67,8 @@ if workflow.output_settings.dryrun:
 
 onstart:
     # Before any job. Local runs need torchvision's weights here; on Modal the
-    # container image holds them, and the executor's --modal-gpu prices the run.
+    # container image holds them, and the config's modal.gpu prices the run (the
+    # GPU the per-image jobs ask the plugin for: get_estimate_resources).
     prepare_estimate_jobs()  # rules/common.smk
     plugin = workflow.executor_plugin
     if getattr(plugin, "name", None) != "modal":
@@ -83,8 +82,7 @@ onstart:
                 "the folder's order cannot be read there); use tinyimagenet or demo, "
                 "or run locally"
             )
-        gpu = getattr(workflow.executor_settings, "gpu", None)
-        modal = _estimates(progress(SCENARIO), gpu)[1]
+        modal = _estimates(progress(SCENARIO))[1]
         problem = budget_problem(modal, SCENARIO.modal["max_cost_usd"])
         if problem:
             sys.exit(problem)
