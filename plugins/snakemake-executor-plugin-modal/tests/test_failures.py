@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+
 from snakemake_executor_plugin_modal.staging import default_prefix
 
 from .helpers import run_snakemake

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import snakemake
 from snakemake.persistence.file import FilePersistence
+from snakemake_interface_common.exceptions import WorkflowError
+
 from snakemake_executor_plugin_modal.calls import Ledger
 from snakemake_executor_plugin_modal.container import DONE, _incomplete
 from snakemake_executor_plugin_modal.image import pinned_requirements
 from snakemake_executor_plugin_modal.prices import GpuRequest, parse_gpu
 from snakemake_executor_plugin_modal.staging import VolumeStager, relative_to_workdir
-from snakemake_interface_common.exceptions import WorkflowError
 
 
 @pytest.mark.parametrize(
