@@ -191,7 +191,7 @@ def get_estimate_resources():
 
 def share_estimate_image_resources(target):
     """
-    Give the rule `target` (another per-image rule: estimate_image_ceiling) the
+    Give `target` (another per-image job's rule, estimate_image_ceiling) the
     resources that a profile or the command line sets for estimate_image
     (`set-resources`), except those set for `target` by name: a profile names the
     per-image rule once.
