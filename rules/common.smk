@@ -178,14 +178,14 @@ def get_estimate_resources():
     and for the Modal executor plugin, the GPU and the budget of the config's `modal`
     section (`modal_gpu`, `modal_max_cost_usd`: the plugin reads a job's own values
     before its --modal-gpu and --modal-max-cost-usd), so that the dry run's estimate
-    and the run on Modal use one GPU type and one budget. A string, because
-    Snakemake rounds a float resource to an integer.
+    and the run on Modal use one GPU type and one budget (the budget as a string:
+    Snakemake rounds a float resource to an integer).
     """
     return {
         "gpu": ESTIMATE_GPUS,
         "runtime": ESTIMATE_RUNTIME_MIN,
         "modal_gpu": SCENARIO.modal["gpu"],
-        "modal_max_cost_usd": f"{float(SCENARIO.modal['max_cost_usd']):g}",
+        "modal_max_cost_usd": str(float(SCENARIO.modal["max_cost_usd"])),
     }
 
 

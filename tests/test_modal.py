@@ -105,7 +105,7 @@ def test_one_container_per_shard_with_the_configs_gpu(modal_run):
         job.split("rule ")[0] for job in dry.stdout.split("rule estimate_image:")
     ]
     assert len(per_image[1:]) == 8
-    assert all("modal_gpu=L4, modal_max_cost_usd=5" in j for j in per_image[1:])
+    assert all("modal_gpu=L4, modal_max_cost_usd=5.0" in j for j in per_image[1:])
     assert {c["cpu"] for c in calls} == {1.0}  # the per-image rule's threads
     assert len({c["app"] for c in calls}) == 1  # one app for the run
     assert all(c["single_use_containers"] for c in calls)  # no stale volume view

@@ -9,6 +9,9 @@ absolute path), so the per-image file ``runs/per_image/onoff/V1/img0000.pt`` is
 per-image files while they run (every ``--modal-sync-seconds``), so counting them
 shows the progress of a running shard; a file there is reused (not recomputed) by the
 next run whose job has the same inputs and settings, which then downloads it.
+
+The listing and the deletion are the plugin's (``VolumeStager.files`` and
+``VolumeStager.remove``): one home for the volume's layout.
 """
 
 from __future__ import annotations
