@@ -185,6 +185,42 @@ def get_shard(wildcards):
     return SHARDS.get(key, SHARD_GROUP)
 
 
+def get_estimate_resources():
+    """
+    The resources of a per-image job (rules estimate_image, estimate_image_ceiling),
+    in one place: `gpu`, 1 when it computes on this machine's GPU (remote profiles set
+    their own count); `runtime`, its time limit in minutes on SLURM (below);
+    and for the Modal executor plugin, the GPU and the budget of the config's `modal`
+    section (`modal_gpu`, `modal_max_cost_usd`: the plugin reads a job's own values
+    before its --modal-gpu and --modal-max-cost-usd), so that the dry run's estimate
+    and the run on Modal use one GPU type and one budget (the budget as a string:
+    Snakemake rounds a float resource to an integer).
+    """
+    return {
+        "gpu": ESTIMATE_GPUS,
+        "runtime": ESTIMATE_RUNTIME_MIN,
+        "modal_gpu": SCENARIO.modal["gpu"],
+        "modal_max_cost_usd": str(float(SCENARIO.modal["max_cost_usd"])),
+    }
+
+
+def share_estimate_image_resources(target):
+    """
+    Give `target` (another per-image job's rule, estimate_image_ceiling) the
+    resources that a profile or the command line sets for estimate_image
+    (`set-resources`), except those set for `target` by name: a profile names the
+    per-image rule once.
+    """
+    from snakemake.resources import Resources
+
+    given = workflow.resource_settings.overwrite_resources
+    own = Resources(dict(given.get(target.name, {})))
+    shared = Resources(dict(given.get("estimate_image", {})))
+    target.resources.update(
+        Resources({name: r for name, r in shared.items() if name not in own})
+    )
+
+
 def get_per_image_files(wildcards=None):
     """Every per-image file of the run: all configurations, first n_images images."""
     return SCENARIO.per_image_files()
@@ -276,7 +312,7 @@ from multigeom_workflow.planning.plan import (
 )
 
 
-def _estimates(done, modal_gpu=None):
+def _estimates(done):
     """The local and the Modal estimate of the work left, with this run's settings."""
     settings = workflow.resource_settings
     resources = {
@@ -284,9 +320,7 @@ def _estimates(done, modal_gpu=None):
         for name, value in dict(settings.resources).items()
         if not name.startswith("_")
     }
-    return run_estimates(
-        SCENARIO, done, settings.cores, settings.nodes, resources, modal_gpu
-    )
+    return run_estimates(SCENARIO, done, settings.cores, settings.nodes, resources)
 
 
 # A run for SLURM (profiles/slurm asks SLURM resources of the per-image jobs): the
@@ -360,7 +394,8 @@ def check_before_first_job():
     At the start of a real run, where the executor is known: local runs need
     torchvision's weights (`Scenario.blockers`); on Modal the container image holds
     them, a folder of test images cannot be listed there, and the run must fit the
-    budget (`modal.max_cost_usd`) at the executor's GPU. A profile's placeholder
+    budget (`modal.max_cost_usd`) at the config's `modal.gpu` (the GPU the per-image
+    jobs ask the plugin for: `get_estimate_resources`). A profile's placeholder
     (`profile_placeholders`) stops any run. Exits with one line.
     """
     for line in profile_placeholders():
@@ -377,8 +412,7 @@ def check_before_first_job():
                 "the folder's order cannot be read there); use tinyimagenet or demo, "
                 "or run locally"
             )
-        gpu = getattr(workflow.executor_settings, "gpu", None)
-        modal = _estimates(progress(SCENARIO), gpu)[1]
+        modal = _estimates(progress(SCENARIO))[1]
         problem = budget_problem(modal, SCENARIO.modal["max_cost_usd"])
         if problem:
             sys.exit(problem)

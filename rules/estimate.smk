@@ -34,7 +34,6 @@ rule estimate_image:
         get_shard if SHARDED else None
     threads: 1
     resources:
-        gpu=ESTIMATE_GPUS,
-        runtime=ESTIMATE_RUNTIME_MIN,  # minutes, for SLURM only (rules/common.smk)
+        **get_estimate_resources(),  # rules/common.smk
     shell:
         ESTIMATE_IMAGE_SHELL

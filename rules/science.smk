@@ -23,10 +23,13 @@ rule estimate_image_ceiling:
         get_shard if SHARDED else None
     threads: 1
     resources:
-        gpu=ESTIMATE_GPUS,
-        runtime=ESTIMATE_RUNTIME_MIN,  # minutes, for SLURM only (rules/common.smk)
+        **get_estimate_resources(),  # rules/common.smk
     shell:
         ESTIMATE_IMAGE_SHELL
+
+
+# A profile's `set-resources` for estimate_image hold for these jobs too.
+share_estimate_image_resources(rules.estimate_image_ceiling.rule)
 
 
 rule align_ceiling:

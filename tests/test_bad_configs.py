@@ -84,6 +84,11 @@ BAD = [
         ["'budget' was unexpected", "allowed keys: gpu, max_cost_usd"],
     ),
     (
+        {"modal": {"gpu": "H100:0"}},
+        {},
+        ["'modal.gpu' = 'H100:0'", "does not match", "a fallback list"],
+    ),
+    (
         {"results_dir": "taken/results"},
         {},
         ["'results_dir' = 'taken/results'", "'taken' is not a folder"],

@@ -10,10 +10,12 @@ import yaml
 from conftest import REPO, TINY_CONFIG, planned_jobs, run_snakemake
 
 from multigeom_workflow.planning.cost import (
+    MODAL_PRICES_USD_PER_S,
     CostEstimate,
     budget_problem,
     estimate_cost,
     gpu_matches,
+    gpu_price,
     measured_seconds_per_image,
     monte_carlo_work,
     read_timings,
@@ -45,6 +47,29 @@ def test_prices_can_be_overridden_and_unknown_ones_refused():
     unknown = estimate_cost(10, 2, 100.0, 0.0, gpu="X2")
     assert unknown.cost_usd is None
     assert "price of Modal GPU 'X2' is unknown" in budget_problem(unknown, 100.0)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "expected"),
+    [
+        ("A100-80GB", 0.000694),
+        ("h100:2", 2 * 0.001097),  # two GPUs
+        ("A100-80GB,H100", 0.001097),  # a fallback list: its dearest type
+        ("L4:2,T4:2", 2 * 0.000222),
+        ("X9000", None),
+        ("A100-80GB,X9000", None),
+        ("H100:0", None),
+    ],
+)
+def test_gpu_price_as_the_plugins_guard(gpu, expected):
+    """Modal's price page (July 2026): A100-80GB 0.000694, H100 0.001097, L4
+    0.000222, T4 0.000164 USD/s."""
+    from snakemake_executor_plugin_modal.prices import parse_gpu
+
+    price = gpu_price(gpu, dict(MODAL_PRICES_USD_PER_S))
+    assert price == (None if expected is None else pytest.approx(expected))
+    if expected is not None:  # the plugin's budget guard prices the same
+        assert parse_gpu(gpu).usd_per_second == pytest.approx(expected)
 
 
 def test_budget():

@@ -52,6 +52,10 @@ def modal_run(tiny_run, tmp_path_factory):
     shutil.rmtree(work / "runs" / "per_image")
     shutil.rmtree(work / "runs" / "metrics", ignore_errors=True)
     config = work / "tests" / "data" / TINY_CONFIG.name
+    # the config's modal section is the one home of the GPU and the budget
+    modal_config = work / "tests" / "data" / "modal-l4.yaml"
+    modal_config.write_text("modal:\n  gpu: L4\n  max_cost_usd: 5\n")
+    subprocess.run(["git", "add", "-A"], cwd=work, check=True)
     fake_dir = root / "fake-modal"
     fake_dir.mkdir()
     env = {
@@ -63,14 +67,18 @@ def modal_run(tiny_run, tmp_path_factory):
         "MODAL_TOKEN_SECRET": SECRET,
     }
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/modal"]
-    cmd += ["--configfile", str(config), "--cores", "2", "--jobs", "3"]
-    cmd += ["--modal-volume", "wf-test", "--envvars", "MODAL_TOKEN_SECRET"]
+    cmd += ["--configfile", str(config), str(modal_config), "--cores", "2"]
+    cmd += ["--jobs", "3", "--modal-volume", "wf-test"]
+    cmd += ["--envvars", "MODAL_TOKEN_SECRET"]
+    dry = subprocess.run(
+        [*cmd, "-n"], cwd=work, env=env, capture_output=True, text=True
+    )
     result = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-    return work, fake_dir, result
+    return work, fake_dir, result, dry
 
 
 def test_modal_profile_runs_the_demo(modal_run, tiny_run):
-    work, _, result = modal_run
+    work, _, result, _ = modal_run
     assert result.returncode == 0, result.stderr[-5000:]
     assert (work / "results" / "fig4de.png").exists()
     for enc, area in CONFIGURATIONS:
@@ -82,13 +90,22 @@ def test_modal_profile_runs_the_demo(modal_run, tiny_run):
                 assert torch.equal(modal[key], local[key]), (rel, key)
 
 
-def test_one_container_per_shard_with_the_profiles_gpu(modal_run):
-    _, fake_dir, result = modal_run
+def test_one_container_per_shard_with_the_configs_gpu(modal_run):
+    _, fake_dir, result, dry = modal_run
     assert result.returncode == 0, result.stderr[-5000:]
     calls = [json.loads(line) for line in (fake_dir / "calls.jsonl").open()]
     # 8 per-image jobs in 3 shards (3, 3, 2 images); every other rule ran locally
     assert len(calls) == 3
-    assert {c["gpu"] for c in calls} == {"A100-80GB"}
+    # the config's modal.gpu: what the dry run priced, what the containers got
+    assert {c["gpu"] for c in calls} == {"L4"}
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "on Modal (L4, 0.000222 USD/s)" in dry.stderr
+    assert "(limit modal.max_cost_usd = 5.00 USD)" in dry.stderr
+    per_image = [
+        job.split("rule ")[0] for job in dry.stdout.split("rule estimate_image:")
+    ]
+    assert len(per_image[1:]) == 8
+    assert all("modal_gpu=L4, modal_max_cost_usd=5.0" in j for j in per_image[1:])
     assert {c["cpu"] for c in calls} == {1.0}  # the per-image rule's threads
     assert len({c["app"] for c in calls}) == 1  # one app for the run
     assert all(c["single_use_containers"] for c in calls)  # no stale volume view
@@ -103,7 +120,7 @@ def test_one_container_per_shard_with_the_profiles_gpu(modal_run):
 
 
 def test_finished_files_are_on_the_volume(modal_run):
-    work, fake_dir, result = modal_run
+    work, fake_dir, result, _ = modal_run
     assert result.returncode == 0, result.stderr[-5000:]
     volume = fake_dir / "volumes" / "wf-test" / default_prefix(work)
     for f in (work / "runs" / "per_image").rglob("*.pt"):
@@ -114,7 +131,7 @@ def test_finished_files_are_on_the_volume(modal_run):
 def test_the_modal_token_is_never_written_or_passed(modal_run):
     """MODAL_TOKEN_SECRET was set and even declared with --envvars: it must not reach
     a job's environment, a log, the volume or the plugin's records."""
-    work, fake_dir, result = modal_run
+    work, fake_dir, result, _ = modal_run
     assert SECRET not in result.stdout + result.stderr
     for folder in (fake_dir, work / ".snakemake", work / "logs"):
         for f in folder.rglob("*"):
@@ -145,7 +162,7 @@ def test_a_rerun_reuses_the_files_on_the_volume(modal_run):
     """Per-image files lost here but committed on the volume (as after a failed
     shard) are taken from the volume by the next run, not computed again; then the
     volume's progress and the local one agree. (Runs last: it changes the run.)"""
-    work, fake_dir, result = modal_run
+    work, fake_dir, result, _ = modal_run
     assert result.returncode == 0, result.stderr[-5000:]
     shutil.rmtree(work / "runs" / "per_image")
     n_calls = len((fake_dir / "calls.jsonl").read_text().splitlines())

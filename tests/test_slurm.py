@@ -34,7 +34,9 @@ def user_profile(dest: Path) -> Path:
     marked = [line for line in text.splitlines() if "# SET" in line]
     assert any("slurm_account=" in line for line in marked)
     assert any("slurm_partition=" in line for line in marked)
-    text = text.replace("slurm_account=mylab", "slurm_account=lab")
+    text = text.replace("slurm_account=SET-your-account", "slurm_account=lab")
+    text = text.replace("slurm_partition=SET-your-gpu-partition", "slurm_partition=gpu")
+    assert "SET-" not in text
     (dest / "profile.yaml").write_text(text)
     return dest
 
@@ -209,3 +211,75 @@ def test_runtime_and_gpu_hours_per_shard():
         "    shard-01: 80 image(s) of 2 configuration(s), 0.342 GPU-hours",
     ]
     assert slurm_lines([], 0.0, "nothing left") == []
+
+
+def test_the_noise_ceiling_jobs_ask_what_estimate_image_asks(tmp_path):
+    """profiles/slurm names the per-image rule once: the noise ceiling's second
+    estimates get the same resources, except those set for them by name."""
+    import yaml
+
+    profile = user_profile(tmp_path / "profile")
+    settings = yaml.safe_load((profile / "profile.yaml").read_text())
+    settings["set-resources"].append("estimate_image_ceiling:mem_mb=8000")
+    (profile / "profile.yaml").write_text(yaml.safe_dump(settings))
+    work = tmp_path / "work"
+    work.mkdir()
+    dry = subprocess.run(
+        slurm_command(work, profile, "-n"),
+        env=slurm_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert dry.returncode == 0, dry.stderr[-3000:]
+
+    def resources(rule: str) -> list[dict]:
+        jobs = [job.split("rule ")[0] for job in dry.stdout.split(f"rule {rule}:")[1:]]
+        lines = [next(x for x in j.splitlines() if "resources:" in x) for j in jobs]
+        return [
+            dict(
+                item.split("=", 1) for item in line.split("resources: ")[1].split(", ")
+            )
+            for line in lines
+        ]
+
+    shared = {"gpu": "1", "slurm_partition": "gpu", "slurm_account": "lab"}
+    shared |= {"cpus_per_gpu": "4", "mpi": ""}
+    first, second = resources("estimate_image"), resources("estimate_image_ceiling")
+    assert len(first) == 8 and len(second) == 4  # tiny.yaml: 1 ceiling image
+    assert all(r.items() >= {**shared, "mem_mb": "16000"}.items() for r in first)
+    assert all(r.items() >= {**shared, "mem_mb": "8000"}.items() for r in second)
+
+
+def test_the_shipped_profiles_placeholders_are_refused(tmp_path):
+    """
+    profiles/slurm as shipped (account and partition still "SET-..."): the dry run
+    names each placeholder, a real run stops before any submission with one line.
+    """
+    work = tmp_path / "work"
+    work.mkdir()
+    env = slurm_env(tmp_path)
+    profile = REPO / "profiles" / "slurm"
+    dry = subprocess.run(
+        slurm_command(work, profile, "-n"), env=env, capture_output=True, text=True
+    )
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    warned = [line for line in dry.stderr.splitlines() if "placeholder" in line]
+    assert [line.split(" is the")[0] for line in warned] == [
+        "warning: profile entry set-resources "
+        "estimate_image:slurm_partition=SET-your-gpu-partition",
+        "warning: profile entry set-resources "
+        "estimate_image:slurm_account=SET-your-account",
+    ]
+    run = subprocess.run(
+        slurm_command(work, profile), env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 1
+    assert (
+        run.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "config error: profile entry set-resources estimate_image:slurm_partition="
+            "SET-your-gpu-partition is the profile's placeholder"
+        )
+    )
+    assert jobs(env) == []

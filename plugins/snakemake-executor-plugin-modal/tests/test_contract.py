@@ -12,6 +12,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+
 import snakemake_executor_plugin_modal
 
 PLUGIN = Path(snakemake_executor_plugin_modal.__file__).parent
@@ -166,6 +167,7 @@ def test_with_options_takes_one_gpu_type_only():
 def test_supported_python_series_are_modals():
     real_modal()
     from modal._image import SUPPORTED_PYTHON_SERIES
+
     from snakemake_executor_plugin_modal.image import PYTHON_SERIES
 
     for builder in ("2025.06", "2026.10"):

@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+
 from snakemake_executor_plugin_modal.staging import default_prefix
 
 from .helpers import run_snakemake
@@ -306,3 +307,41 @@ rule copy:
     assert result.returncode != 0
     assert "job copy: ../outside.txt is outside the working directory" in result.stderr
     assert calls(fake_modal) == []
+
+
+def test_a_jobs_modal_gpu_and_budget_resources_win(fake_modal, tmp_path):
+    """A workflow hands each job its GPU (a fallback list too) and budget as
+    resources (what its dry run reads); --modal-gpu T4 serves the other jobs."""
+    snakefile = """
+rule all:
+    input: "a.txt", "b.txt", "c.txt"
+
+rule on_h100:
+    output: "a.txt"
+    resources: gpu=1, modal_gpu="H100", modal_max_cost_usd="50"
+    shell: "echo a > {output}"
+
+rule with_fallback:
+    output: "b.txt"
+    resources: modal_gpu="A100-80GB,H100"
+    shell: "echo b > {output}"
+
+rule default_gpu:
+    output: "c.txt"
+    resources: gpu=1
+    shell: "echo c > {output}"
+"""
+    result = run_snakemake(tmp_path, snakefile)
+    assert result.returncode == 0, result.stderr[-3000:]
+    by_rule = {c["args"][0]["members"][0]["outputs"][0]: c for c in calls(fake_modal)}
+    assert by_rule["a.txt"]["gpu"] == "H100"
+    assert by_rule["b.txt"]["gpu"] == ["A100-80GB", "H100"]  # its own function
+    assert by_rule["b.txt"]["function"] == "run_job_gpu1"
+    assert by_rule["c.txt"]["gpu"] == "T4"
+    # a budget resource below what the job would cost refuses it, naming it
+    over = snakefile.replace('modal_max_cost_usd="50"', 'modal_max_cost_usd="0.05"')
+    over = over.replace("gpu=1, modal_gpu", "gpu=1, runtime=10, modal_gpu")
+    (tmp_path / "a.txt").unlink()
+    result = run_snakemake(tmp_path, over)
+    assert result.returncode != 0
+    assert "resource modal_max_cost_usd=0.05: 0.00 USD spent" in result.stderr

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import snakemake
 from snakemake.persistence.file import FilePersistence
+from snakemake_interface_common.exceptions import WorkflowError
+
 from snakemake_executor_plugin_modal.calls import Ledger
-from snakemake_executor_plugin_modal.container import _incomplete
+from snakemake_executor_plugin_modal.container import DONE, _incomplete
 from snakemake_executor_plugin_modal.image import pinned_requirements
 from snakemake_executor_plugin_modal.prices import GpuRequest, parse_gpu
 from snakemake_executor_plugin_modal.staging import VolumeStager, relative_to_workdir
-from snakemake_interface_common.exceptions import WorkflowError
 
 
 @pytest.mark.parametrize(
@@ -202,6 +203,32 @@ def test_upload_sends_only_missing_or_changed_files(fake_modal, tmp_path):
         stager.upload(["missing.txt"])
 
 
+def test_files_and_remove_with_reuse_markers(fake_modal, tmp_path):
+    """The listing and deletion the workflow's progress/clear commands call."""
+    work = tmp_path / "work"
+    (work / "out").mkdir(parents=True)
+    for name in ("a.pt", "b.pt"):
+        (work / "out" / name).write_text(name)
+    (work / "in.txt").write_text("in")
+    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    stager = VolumeStager(volume, "proj", work)
+    stager.upload(["out", "in.txt"])
+    markers = work / DONE / "out"
+    markers.mkdir(parents=True)
+    (markers / "a.pt@k1").write_text("k1")
+    (markers / "ab.pt@k2").write_text("k2")  # another file's marker: kept
+    with volume.batch_upload(force=True) as batch:
+        batch.put_directory(str(work / DONE), f"/proj/{DONE}")
+    assert sorted(stager.files("out")) == ["out/a.pt", "out/b.pt"]
+    assert "in.txt" in stager.files() and stager.files("nowhere") == {}
+    assert VolumeStager(volume, "other", work).files() == {}
+    assert stager.remove(["out/a.pt", "out/missing.pt"]) == ["out/a.pt"]
+    assert sorted(stager.files("out")) == ["out/b.pt"]
+    assert sorted(stager.files(DONE)) == [f"{DONE}/out/ab.pt@k2"]
+    # the volume's manifest forgets it: the next upload sends it again
+    assert VolumeStager(volume, "proj", work).upload(["out"]) == ["out/a.pt"]
+
+
 def test_download_is_atomic_and_keeps_the_volume_time(fake_modal, tmp_path):
     work = tmp_path / "work"
     src = tmp_path / "src"
@@ -223,10 +250,14 @@ def test_download_is_atomic_and_keeps_the_volume_time(fake_modal, tmp_path):
     assert stager.download(["out/none.txt"], missing_ok=True) == []
 
 
-def _job(gpu=0, gpu_model=None, runtime=None):
+def _job(gpu=0, gpu_model=None, runtime=None, modal_gpu=None, budget=None):
     res = {"gpu": gpu}
     if gpu_model:
         res["gpu_model"] = gpu_model
+    if modal_gpu:
+        res["modal_gpu"] = modal_gpu
+    if budget is not None:
+        res["modal_max_cost_usd"] = budget
     if runtime is not None:
         res["runtime"] = runtime
     return types.SimpleNamespace(resources=res, threads=1)
@@ -240,6 +271,17 @@ def _job(gpu=0, gpu_model=None, runtime=None):
         ([_job(gpu=1)], "H100:2", GpuRequest("H100", 2)),  # the default's count
         ([_job(gpu=2, gpu_model="l4")], "A100", GpuRequest("L4", 2)),
         ([_job(gpu=1), _job(gpu=1), _job()], "T4", GpuRequest("T4", 1)),  # group
+        # a job's modal_gpu wins over gpu_model and --modal-gpu, implies one GPU,
+        # keeps its count and fallback list
+        ([_job(modal_gpu="h200")], "A100", GpuRequest("H200", 1)),
+        ([_job(gpu=1, gpu_model="L4", modal_gpu="H100")], "T4", GpuRequest("H100")),
+        ([_job(gpu=1, modal_gpu="H100:2")], None, GpuRequest("H100", 2)),
+        ([_job(gpu=3, modal_gpu="H100:2")], None, GpuRequest("H100", 3)),
+        (
+            [_job(gpu=1, modal_gpu="A100-80GB,H100")],
+            None,
+            GpuRequest("A100-80GB", 1, ("H100",)),
+        ),
     ],
 )
 def test_gpu_request_from_resources(jobs, default, expected):
@@ -247,11 +289,53 @@ def test_gpu_request_from_resources(jobs, default, expected):
 
     executor = types.SimpleNamespace(
         settings=ExecutorSettings(gpu=default),
-        default_gpu=parse_gpu(default),
+        default_gpu=None if default is None else parse_gpu(default),
         get_jobname=lambda job: "job",
     )
     job = jobs[0] if len(jobs) == 1 else types.SimpleNamespace(jobs=jobs)
     assert Executor.gpu_request(executor, job) == expected
+
+
+@pytest.mark.parametrize(
+    ("setting", "jobs", "expected"),
+    [
+        (None, [_job()], None),
+        (5.0, [_job()], (5.0, "--modal-max-cost-usd")),
+        (None, [_job(budget="12.5")], (12.5, "resource modal_max_cost_usd")),
+        (5.0, [_job(budget="12.5")], (5.0, "--modal-max-cost-usd")),  # the lower
+        (
+            20,
+            [_job(budget=7), _job(budget="3.25")],
+            (3.25, "resource modal_max_cost_usd"),
+        ),
+    ],
+)
+def test_budget_of_a_job(setting, jobs, expected):
+    from snakemake_executor_plugin_modal import Executor, ExecutorSettings
+
+    executor = types.SimpleNamespace(
+        settings=ExecutorSettings(max_cost_usd=setting), get_jobname=lambda job: "j"
+    )
+    job = jobs[0] if len(jobs) == 1 else types.SimpleNamespace(jobs=jobs)
+    assert Executor.budget(executor, job) == expected
+    if expected is not None:  # the ledger refuses above that budget, naming it
+        ledger = Ledger()
+        ledger.add(GpuRequest("H100"), expected[0] / 0.001097 + 1)
+        refusal = ledger.refusal(GpuRequest("H100"), 60.0, 0.0, expected)
+        assert refusal.startswith(expected[1])
+        # 60 s of one H100 (0.066 USD) with nothing spent: within every budget here
+        assert Ledger().refusal(GpuRequest("H100"), 60.0, 0.0, expected) is None
+
+
+def test_budget_resource_errors():
+    from snakemake_executor_plugin_modal import Executor, ExecutorSettings
+
+    executor = types.SimpleNamespace(
+        settings=ExecutorSettings(), get_jobname=lambda job: "j"
+    )
+    for bad in ("ten", "-1", "nan"):
+        with pytest.raises(WorkflowError, match="modal_max_cost_usd=.*number >= 0"):
+            Executor.budget(executor, _job(budget=bad))
 
 
 def test_gpu_request_errors():
@@ -267,8 +351,10 @@ def test_gpu_request_errors():
     group = types.SimpleNamespace(
         jobs=[_job(gpu=1, gpu_model="A100"), _job(gpu=1, gpu_model="H100")]
     )
-    with pytest.raises(WorkflowError, match="different 'gpu_model' resources"):
+    with pytest.raises(WorkflowError, match="request different GPUs"):
         Executor.gpu_request(executor, group)
+    with pytest.raises(WorkflowError, match="resource 'modal_gpu'.*positive integer"):
+        Executor.gpu_request(executor, _job(modal_gpu="H100:0"))
 
 
 def test_runtime_resource_is_minutes():

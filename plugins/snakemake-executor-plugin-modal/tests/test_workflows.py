@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import snakemake.common.tests
+
 from snakemake_executor_plugin_modal import ExecutorSettings
 
 

@@ -9,6 +9,9 @@ absolute path), so the per-image file ``runs/per_image/onoff/V1/img0000.pt`` is
 per-image files while they run (every ``--modal-sync-seconds``), so counting them
 shows the progress of a running shard; a file there is reused (not recomputed) by the
 next run whose job has the same inputs and settings, which then downloads it.
+
+The listing and the deletion are the plugin's (``VolumeStager.files`` and
+``VolumeStager.remove``): one home for the volume's layout.
 """
 
 from __future__ import annotations
@@ -30,24 +33,30 @@ def default_prefix() -> str:
     return plugin(Path.cwd())
 
 
+def _stager(volume_name: str, prefix: str):
+    """
+    The plugin's view of the run's folder on the volume
+    (:class:`snakemake_executor_plugin_modal.staging.VolumeStager`), or None if the
+    volume does not exist.
+    """
+    import modal
+    import modal.exception
+    from snakemake_executor_plugin_modal.staging import VolumeStager
+
+    try:
+        volume = modal.Volume.from_name(volume_name)
+    except modal.exception.NotFoundError:
+        return None
+    return VolumeStager(volume, prefix, Path.cwd())
+
+
 def volume_files(volume_name: str, prefix: str, folder: str) -> set[str]:
     """
     Committed files under ``<prefix>/<folder>`` of a Modal Volume, as paths relative
     to the working directory; empty if the folder (or the volume) does not exist.
     """
-    import modal
-    import modal.exception
-
-    try:
-        volume = modal.Volume.from_name(volume_name)
-        entries = volume.listdir(str(PurePosixPath(prefix, folder)), recursive=True)
-    except modal.exception.NotFoundError:
-        return set()
-    return {
-        str(PurePosixPath(e.path).relative_to(prefix))
-        for e in entries
-        if getattr(e.type, "name", None) == "FILE"
-    }
+    stager = _stager(volume_name, prefix)
+    return set() if stager is None else set(stager.files(folder))
 
 
 def volume_progress(
@@ -67,32 +76,9 @@ def volume_progress(
 
 def volume_remove(files: list[str], volume_name: str, prefix: str) -> list[str]:
     """
-    Delete these files (paths relative to the working directory) from the volume;
-    returns those that were there.
+    Delete these files (paths relative to the working directory) from the volume,
+    with the plugin's records that would let a later run reuse them; returns those
+    that were there.
     """
-    import modal
-    import modal.exception
-
-    try:
-        volume = modal.Volume.from_name(volume_name)
-    except modal.exception.NotFoundError:
-        return []
-    from snakemake_executor_plugin_modal.container import DONE
-
-    gone = []
-    for f in files:
-        try:
-            volume.remove_file(str(PurePosixPath(prefix, f)))
-        except (modal.exception.NotFoundError, FileNotFoundError):
-            continue
-        gone.append(f)
-        # the plugin's record of the job that made it (``<file>@<key>``)
-        marker = PurePosixPath(prefix, DONE, f)
-        try:
-            entries = volume.listdir(str(marker.parent))
-        except (modal.exception.NotFoundError, FileNotFoundError):
-            entries = []
-        for e in entries:
-            if PurePosixPath(e.path).name.startswith(marker.name + "@"):
-                volume.remove_file(e.path)
-    return gone
+    stager = _stager(volume_name, prefix)
+    return [] if stager is None else stager.remove(files)

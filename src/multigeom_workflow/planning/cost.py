@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
+from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S, parse_gpu
 
 from ..settings.files import timestep_grid
 
@@ -39,6 +39,7 @@ __all__ = [
     "format_duration",
     "format_duration_short",
     "gpu_matches",
+    "gpu_price",
     "measured_seconds_per_image",
     "monte_carlo_work",
     "read_timings",
@@ -159,8 +160,28 @@ def estimate_cost(
         startup_s=startup_s,
         startup_source=startup_source,
         gpu=gpu,
-        price_usd_per_s=table.get(gpu) if gpu else None,
+        price_usd_per_s=gpu_price(gpu, table) if gpu else None,
     )
+
+
+def gpu_price(gpu: str, prices: dict[str, float]) -> float | None:
+    """
+    USD per second of one container's GPUs on Modal, as the Modal executor plugin's
+    budget guard prices them (``GpuRequest.usd_per_second``): a type
+    (``"A100-80GB"``), a count (``"H100:2"``: twice the price), or a fallback list
+    (``"A100-80GB,H100"``: its dearest type).
+
+    Returns
+    -------
+    float or None
+        None if the specification is malformed or a type is not in `prices`.
+    """
+    try:
+        request = parse_gpu(gpu)
+    except ValueError:
+        return None
+    found = [prices.get(t) for t in request.types]
+    return None if None in found else request.count * max(found)
 
 
 def monte_carlo_work(estimator: dict) -> int:

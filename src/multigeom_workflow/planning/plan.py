@@ -101,12 +101,11 @@ def run_estimates(
     cores: int | None,
     nodes: int | None,
     resources: dict,
-    modal_gpu: str | None = None,
 ) -> tuple[CostEstimate, CostEstimate, str]:
     """
     The estimates of the work left (`done` from `progress`), run locally and run on
-    Modal (GPU type `modal_gpu`, e.g. the executor's ``--modal-gpu``, else ``modal.gpu``
-    of the config; ``--jobs`` containers or Modal Starter's 10), and why the local run
+    Modal (``modal.gpu`` of the config, the GPU that the per-image jobs ask the Modal
+    executor for; ``--jobs`` containers or Modal Starter's 10), and why the local run
     has its number of workers.
 
     Start-ups: with warm workers, one per (worker, configuration with work left), at
@@ -131,7 +130,7 @@ def run_estimates(
         seconds_source=source,
         startup_source=startup_source,
     )
-    modal = modal_estimate(scenario, done, timings, nodes, modal_gpu)
+    modal = modal_estimate(scenario, done, timings, nodes)
     return local, modal, why
 
 
@@ -172,16 +171,15 @@ def modal_estimate(
     done: dict[tuple[str, str], tuple[int, int]],
     timings,
     nodes: int | None,
-    gpu: str | None = None,
 ) -> CostEstimate:
     """
-    The estimate of the work left (`done` from `progress`) on Modal GPUs of type `gpu`
-    (default: the config's ``modal.gpu``), seconds per image measured from `timings`
-    (`read_timings`) on the same GPU type when there are some.
+    The estimate of the work left (`done` from `progress`) on Modal GPUs of the
+    config's ``modal.gpu``, seconds per image measured from `timings` (`read_timings`)
+    on the same GPU type when there are some.
     """
     modal = scenario.modal
     prices = {**MODAL_PRICES_USD_PER_S, **modal["prices_usd_per_s"]}
-    gpu = gpu or modal["gpu"]
+    gpu = modal["gpu"]
     left = sum(total - n for n, total in done.values())
     spi, source = (
         _seconds_per_image(scenario, timings, "modal", gpu)

@@ -4,6 +4,9 @@ Snakemake executor plugin for Modal (https://modal.com): every job Snakemake han
 Volume.
 
 Use: ``snakemake --executor modal --jobs 10 --modal-gpu A100 --modal-volume myrun``.
+A job may carry its own GPU and budget as resources (``modal_gpu``,
+``modal_max_cost_usd``), which a workflow can set from its config so that a dry run
+sees them too; see README.md, "Which setting wins".
 Credentials come from Modal's own configuration (``modal token new``, or the
 ``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` environment variables); the plugin never
 passes them to jobs, logs or the volume.
@@ -18,7 +21,7 @@ import re
 import shlex
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import List, Optional
 
@@ -70,9 +73,10 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=None,
         metadata={
             "help": "--modal-gpu: the GPU type (and count, e.g. 'H100:2') for jobs "
-            "that request a 'gpu' resource without a 'gpu_model' resource, e.g. "
-            "'A100', 'A100-80GB', 'H100', 'L4', or a fallback list that Modal tries "
-            "in order, e.g. 'A100-80GB,H100'. Jobs requesting no GPU get none.",
+            "that request a 'gpu' resource without a 'modal_gpu' or 'gpu_model' "
+            "resource (those win), e.g. 'A100', 'A100-80GB', 'H100', 'L4', or a "
+            "fallback list that Modal tries in order, e.g. 'A100-80GB,H100'. Jobs "
+            "requesting no GPU get none.",
         },
     )
     volume: str = field(
@@ -101,7 +105,9 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=None,
         metadata={
             "help": "--modal-max-cost-usd: stop submitting jobs once the USD spent on "
-            "GPUs plus the expected cost of the next job would exceed this.",
+            "GPUs plus the expected cost of the next job would exceed this. A job's "
+            "'modal_max_cost_usd' resource is a budget for that job as well; where "
+            "both are set, the lower wins.",
         },
     )
     pip: Optional[List[str]] = field(
@@ -214,7 +220,27 @@ class Executor(RemoteExecutor):
             min(self.settings.timeout, MAX_TIMEOUT_S),
             self.default_gpu,
             secrets=[modal.Secret.from_dict(env)] if env else [],
+            fallback_gpus=self.planned_fallback_gpus(),
         )
+
+    def planned_fallback_gpus(self) -> list[GpuRequest]:
+        """
+        The GPU fallback lists that the planned jobs' resources request (``modal_gpu``
+        such as ``A100-80GB,H100``): Modal 1.6 takes a list only where a function is
+        declared, so the app declares one function for each before it starts.
+        """
+        dag = getattr(self.workflow, "dag", None)
+        found = []
+        for job in dag.needrun_jobs() if dag is not None else []:
+            if getattr(job, "is_local", False):
+                continue
+            try:
+                gpu = self.gpu_request(job)
+            except WorkflowError:  # that job's error, reported when it is submitted
+                continue
+            if gpu is not None and gpu.fallbacks and gpu not in found:
+                found.append(gpu)
+        return found
 
     def check_inputs(self) -> None:
         """
@@ -259,7 +285,7 @@ class Executor(RemoteExecutor):
         runtime_s = _runtime_seconds(job)
         with self._calls_lock:
             running_usd = sum(c.cost_usd for c in self._calls.values())
-        refusal = self.ledger.refusal(gpu, runtime_s, running_usd)
+        refusal = self.ledger.refusal(gpu, runtime_s, running_usd, self.budget(job))
         if refusal is not None:
             self.report_job_error(SubmittedJobInfo(job), msg=refusal)
             return
@@ -393,42 +419,87 @@ class Executor(RemoteExecutor):
 
     def gpu_request(self, job) -> GpuRequest | None:
         """
-        The container's GPUs: the job's ``gpu`` resource (count) and ``gpu_model``
-        resource (type), else ``--modal-gpu``. For a group job, the largest request of
-        its jobs (they share the container's GPUs).
+        The container's GPUs. Type: the job's ``modal_gpu`` resource (a Modal GPU
+        specification: ``"H100"``, ``"H100:2"``, a fallback list ``"A100-80GB,H100"``),
+        else its ``gpu_model`` resource (the name other executors read), else
+        ``--modal-gpu``. Count: the largest of the ``gpu`` resource and the
+        specification's count. A job with either resource gets a GPU even without a
+        ``gpu`` resource. For a group job, the largest request of its jobs (they share
+        the container's GPUs).
 
         Raises
         ------
         WorkflowError
-            If a job requests GPUs but no type is known, or group members request
-            different types.
+            If a job requests GPUs but no type is known, a specification is malformed,
+            or group members request different types.
         """
-        counts, models = [], set()
+        counts, specs = [], set()
         for j in _members(job):
             res = j.resources
             count = int(res.get("gpu", 0) or 0)
-            model = res.get("gpu_model")
-            if count or model:
+            spec = res.get("modal_gpu") or res.get("gpu_model")
+            if count or spec:
                 counts.append(max(count, 1))
-                if model:
-                    models.add(str(model))
+                if spec:
+                    specs.add(str(spec))
         if not counts:
             return None
-        if len(models) > 1:
+        if len(specs) > 1:
             raise WorkflowError(
                 f"group job {self.get_jobname(job)}: its jobs request different "
-                f"'gpu_model' resources {sorted(models)}; one container has one type"
+                f"GPUs {sorted(specs)} ('modal_gpu' or 'gpu_model' resources); one "
+                "container has one type"
             )
-        if models:
-            return GpuRequest(parse_gpu(models.pop()).type, max(counts))
-        if self.default_gpu is None:
+        if specs:
+            spec = specs.pop()
+            try:
+                base = parse_gpu(spec)
+            except ValueError as e:
+                raise WorkflowError(
+                    f"job {self.get_jobname(job)}: resource 'modal_gpu' or "
+                    f"'gpu_model': {e}"
+                ) from None
+        elif self.default_gpu is None:
             raise WorkflowError(
-                f"job {self.get_jobname(job)} requests a GPU but has no 'gpu_model' "
-                "resource and no --modal-gpu is set; set --modal-gpu (e.g. A100)"
+                f"job {self.get_jobname(job)} requests a GPU but has no 'modal_gpu' "
+                "or 'gpu_model' resource and no --modal-gpu is set; set --modal-gpu "
+                "(e.g. A100)"
             )
-        default = self.default_gpu
-        count = max(max(counts), default.count)
-        return default if count == default.count else GpuRequest(default.type, count)
+        else:
+            base = self.default_gpu
+        count = max(max(counts), base.count)
+        return base if count == base.count else replace(base, count=count)
+
+    def budget(self, job) -> tuple[float, str] | None:
+        """
+        The budget that applies to a job: the lowest of ``--modal-max-cost-usd`` and
+        its jobs' ``modal_max_cost_usd`` resources (USD; a number, or a string such as
+        ``"12.5"``: Snakemake rounds a float resource to an integer), with where it
+        comes from; None if neither is set.
+
+        Raises
+        ------
+        WorkflowError
+            If a ``modal_max_cost_usd`` resource is not a number >= 0.
+        """
+        found = []
+        if self.settings.max_cost_usd is not None:
+            found.append((float(self.settings.max_cost_usd), "--modal-max-cost-usd"))
+        for j in _members(job):
+            value = j.resources.get("modal_max_cost_usd")
+            if value is None or value == "":
+                continue
+            try:
+                usd = float(value)
+            except (TypeError, ValueError):
+                usd = math.nan
+            if not usd >= 0:
+                raise WorkflowError(
+                    f"job {self.get_jobname(job)}: resource modal_max_cost_usd="
+                    f"{value!r}: a budget in USD, a number >= 0 (e.g. '12.5')"
+                )
+            found.append((usd, "resource modal_max_cost_usd"))
+        return min(found, key=lambda b: b[0]) if found else None
 
     # -- status -----------------------------------------------------------------
 

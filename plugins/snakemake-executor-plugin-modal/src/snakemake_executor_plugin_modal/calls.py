@@ -105,6 +105,9 @@ class RunApp:
         Scratch disk of every container, MiB (Modal sets it per function).
     secrets : list of modal.Secret
         Environment variables of every container (``--envvars``).
+    fallback_gpus : list of GpuRequest
+        Other GPU fallback lists that jobs request (their ``modal_gpu`` resource):
+        one function each, declared before the app starts.
 
     Raises
     ------
@@ -121,6 +124,7 @@ class RunApp:
         default_gpu: GpuRequest | None,
         ephemeral_disk_mb: int | None = None,
         secrets: list | None = None,
+        fallback_gpus: list[GpuRequest] | None = None,
     ):
         import modal
 
@@ -137,11 +141,14 @@ class RunApp:
         if ephemeral_disk_mb:
             options["ephemeral_disk"] = int(ephemeral_disk_mb)
         self.cpu_function = self.app.function(**options, name="run_job")(run_job)
-        self.gpu_function = None
-        if default_gpu is not None:
-            self.gpu_function = self.app.function(
-                **options, gpu=default_gpu.modal_spec, name="run_job_gpu"
-            )(run_job)
+        # GPU request -> its function (a fallback list is allowed only here)
+        self.gpu_functions = {}
+        for i, gpu in enumerate(dict.fromkeys([default_gpu, *(fallback_gpus or [])])):
+            if gpu is not None:
+                self.gpu_functions[gpu] = self.app.function(
+                    **options, gpu=gpu.modal_spec, name=f"run_job_gpu{i or ''}"
+                )(run_job)
+        self.gpu_function = self.gpu_functions.get(default_gpu)
         self._run = self.app.run()
         with modal.enable_output():  # the image build's output, as `modal run` shows
             try:
@@ -165,8 +172,14 @@ class RunApp:
             options["memory"] = int(memory_mb)
         if gpu is None:
             function = self.cpu_function
-        elif self.gpu_function is not None and gpu == self.default_gpu:
-            function = self.gpu_function  # may hold a fallback list
+        elif gpu in self.gpu_functions:
+            function = self.gpu_functions[gpu]  # may hold a fallback list
+        elif gpu.fallbacks:
+            raise WorkflowError(
+                f"GPU fallback list {','.join(gpu.types)} was not planned when the "
+                "run started (Modal takes a list only where a function is declared); "
+                "give one GPU type for this job"
+            )
         else:
             function = self.gpu_function or self.cpu_function
             options["gpu"] = gpu.modal_spec
@@ -352,20 +365,27 @@ class Ledger:
         gpu: GpuRequest | None,
         runtime_s: float | None,
         running_usd: float = 0.0,
+        budget: tuple[float, str] | None = None,
     ) -> str | None:
         """
         Why the next job must not be submitted, or None if it may.
 
         The rule: spent by finished calls + spent so far by running calls
-        (`running_usd`) + expected cost of the next job > ``max_cost_usd``.
+        (`running_usd`) + expected cost of the next job > the budget: `budget`
+        (USD, and where it comes from: ``"--modal-max-cost-usd"`` or ``"resource
+        modal_max_cost_usd"``) if given, else ``max_cost_usd``.
         """
-        if self.max_cost_usd is None:
+        if budget is None and self.max_cost_usd is not None:
+            budget = (self.max_cost_usd, "--modal-max-cost-usd")
+        if budget is None:
             return None
+        limit, source = budget
         spent = self.cost_usd + running_usd
         expected = self.expected_cost(gpu, runtime_s)
-        if spent + expected > self.max_cost_usd:
+        if spent + expected > limit:
+            sep = " " if source.startswith("--") else "="
             return (
-                f"--modal-max-cost-usd {self.max_cost_usd:g}: {spent:.2f} USD "
+                f"{source}{sep}{limit:g}: {spent:.2f} USD "
                 f"spent, the next job would bring it to about "
                 f"{spent + expected:.2f} USD; not submitting it (raise the "
                 "limit to go on; finished outputs are kept)"

@@ -9,6 +9,11 @@ volume (``<prefix>/.snakemake/modal/manifest.json``) holds the SHA-256 of every 
 sent, and a file is sent again only if its content differs. Downloads list the folder
 once and fetch the files in parallel, each written to a temporary name and renamed, so
 a half-downloaded file never looks finished.
+
+The same class serves a workflow's own tools (progress, clean-up):
+:meth:`VolumeStager.files` lists what a run has on the volume,
+:meth:`VolumeStager.remove` deletes files and the markers that let a later run reuse
+them (see :mod:`.container`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 from snakemake_interface_common.exceptions import WorkflowError
+
+from .container import DONE
 
 __all__ = ["MANIFEST", "VolumeStager", "default_prefix", "relative_to_workdir"]
 
@@ -89,6 +96,75 @@ class VolumeStager:
     def remote_path(self, rel: str) -> str:
         """Path on the volume of the local file ``rel``."""
         return str(PurePosixPath(self.prefix, rel))
+
+    def files(self, folder: str = "") -> dict[str, object]:
+        """
+        The committed files below ``folder`` of the mirror (one listing of the volume).
+
+        Parameters
+        ----------
+        folder : str
+            Folder relative to the working directory; ``""`` for the whole mirror.
+
+        Returns
+        -------
+        dict
+            Path relative to the working directory -> ``modal.volume.FileEntry``;
+            empty if the folder (or the volume) does not exist.
+        """
+        import modal.exception
+
+        where = str(PurePosixPath(self.prefix, folder)) if self.prefix else folder
+        try:
+            entries = self.volume.listdir(where or "/", recursive=True)
+        except (modal.exception.NotFoundError, FileNotFoundError):
+            return {}
+        base = self.prefix or "."
+        return {
+            str(PurePosixPath(e.path).relative_to(base)): e
+            for e in entries
+            if _is_file(e)
+        }
+
+    def remove(self, paths: Iterable[str]) -> list[str]:
+        """
+        Delete files of the mirror, each with the markers that let a job reuse it
+        (``<prefix>/.snakemake/modal/done/<file>@<key>``), so that no later run takes
+        it as finished.
+
+        Parameters
+        ----------
+        paths : iterable of str
+            Files relative to the working directory.
+
+        Returns
+        -------
+        list of str
+            The paths that were on the volume (and are deleted).
+        """
+        import modal.exception
+
+        missing = (modal.exception.NotFoundError, FileNotFoundError)
+        gone = []
+        for rel in paths:
+            try:
+                self.volume.remove_file(self.remote_path(rel))
+            except missing:
+                continue
+            gone.append(rel)
+            marker = PurePosixPath(self.remote_path(DONE), rel)
+            try:
+                entries = self.volume.listdir(str(marker.parent))
+            except missing:
+                entries = []
+            for e in entries:
+                if PurePosixPath(e.path).name.startswith(marker.name + "@"):
+                    self.volume.remove_file(e.path)
+        with self._lock:  # an upload must send them again
+            manifest = self.manifest()
+            if any(manifest.pop(rel, None) is not None for rel in gone):
+                self._upload([])
+        return gone
 
     def content_hash(self, rel: str) -> str:
         """
@@ -182,14 +258,18 @@ class VolumeStager:
                 return []
             for _, frel, digest in todo:
                 manifest[frel] = digest
-            with tempfile.TemporaryDirectory() as tmp:
-                record = Path(tmp, "manifest.json")
-                record.write_text(json.dumps(manifest, sort_keys=True))
-                with self.volume.batch_upload(force=True) as batch:
-                    for f, frel, _ in todo:
-                        batch.put_file(str(f), "/" + self.remote_path(frel))
-                    batch.put_file(str(record), "/" + self.remote_path(MANIFEST))
+            self._upload([(f, frel) for f, frel, _ in todo])
             return [frel for _, frel, _ in todo]
+
+    def _upload(self, files: list[tuple[Path, str]]) -> None:
+        """Send local files (path, relative path) and the manifest, in one batch."""
+        with tempfile.TemporaryDirectory() as tmp:
+            record = Path(tmp, "manifest.json")
+            record.write_text(json.dumps(self._manifest, sort_keys=True))
+            with self.volume.batch_upload(force=True) as batch:
+                for f, frel in files:
+                    batch.put_file(str(f), "/" + self.remote_path(frel))
+                batch.put_file(str(record), "/" + self.remote_path(MANIFEST))
 
     def download(self, paths: Iterable[str], missing_ok: bool = False) -> list[str]:
         """
@@ -217,22 +297,12 @@ class VolumeStager:
         WorkflowError
             If a path is not on the volume and ``missing_ok`` is false.
         """
-        import modal.exception
-
         paths = list(paths)
         if not paths:
             return []
         with self._lock:
             self.manifest()  # downloaded files are recorded in it
-        try:
-            entries = self.volume.listdir(self.prefix or "/", recursive=True)
-        except modal.exception.NotFoundError:
-            entries = []
-        files = {}
-        for entry in entries:
-            if _is_file(entry):
-                frel = str(PurePosixPath(entry.path).relative_to(self.prefix or "."))
-                files[frel] = entry
+        files = self.files()
         todo = {}
         for rel in paths:
             below = [
