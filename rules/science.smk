@@ -41,6 +41,8 @@ rule align_ceiling:
         max_k=SCENARIO.top_k,
     log:
         "logs/align_ceiling.log",
+    benchmark:
+        "benchmarks/align_ceiling/run.tsv"
     script:
         "../scripts/align_ceiling.py"
 
@@ -57,6 +59,8 @@ rule align_truth:
         max_k=SCENARIO.top_k,
     log:
         "logs/align_truth.log",
+    benchmark:
+        "benchmarks/align_truth/run.tsv"
     script:
         "../scripts/align_truth.py"
 
@@ -75,5 +79,7 @@ rule plot_ground_truth:
         pdf=f"{RESULTS}/ground_truth.pdf",
     log:
         "logs/plot_ground_truth.log",
+    benchmark:
+        "benchmarks/plot_ground_truth/run.tsv"
     script:
         "../scripts/plot_ground_truth.py"

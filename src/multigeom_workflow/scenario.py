@@ -101,8 +101,10 @@ class Scenario:
         Root of upstream's run layout (``encoders/``, ``diffusion/``, ``per_image/``,
         ``metrics/``).
     seed, top_k : int
-        Image i is seeded with ``seed + i``; ``top_k`` eigenpairs of G(x) and J(x) are
-        kept, and Stage 5 compares k = 1..top_k.
+        Image i is seeded with ``seed + i`` (with `monte_carlo_seeds`
+        ``per_configuration``: `multigeom_workflow.science.configuration_seed` + i);
+        ``top_k`` eigenpairs of G(x) and J(x) are kept, and Stage 5 compares
+        k = 1..top_k.
     device : str
         Where per-image jobs compute: ``"cpu"``, ``"cuda"`` (any free GPU, one per
         job) or ``"cuda:N"``, resolved from `device_asked` (``"auto"`` too) and the
@@ -129,6 +131,9 @@ class Scenario:
     engine, precision : str
         The per-image engine (``upstream`` or ``fast``) and the fast engine's precision
         (``fp32``, or ``tf32`` on a GPU); not rule params (like `device`).
+    monte_carlo_seeds : str
+        ``shared`` (every configuration draws image i's numbers from seed + i, the
+        paper's way) or ``per_configuration`` (config key ``monte_carlo_seeds``).
     """
 
     configurations: tuple[Configuration, ...]
@@ -150,6 +155,15 @@ class Scenario:
     notes: tuple[str, ...] = ()
     engine: str = "fast"
     precision: str = "fp32"
+    monte_carlo_seeds: str = "shared"
+
+    def estimator_of(self, encoder: str, area: str) -> dict:
+        """A configuration's estimator settings: its seed (monte_carlo_seeds)."""
+        from .science import configuration_estimator
+
+        return configuration_estimator(
+            self.estimator, encoder, area, self.monte_carlo_seeds
+        )
 
     @property
     def uses_gpu(self) -> bool:
@@ -484,24 +498,53 @@ def _normalise_test_images_path(config: dict) -> tuple[str, ...]:
     return ()
 
 
-def _check_seed(seed: int, n_images: int, ceiling_images: int = 0):
+def _check_seed(
+    seed: int,
+    n_images: int,
+    ceiling_images: int = 0,
+    configurations: tuple = (),
+    mode: str = "shared",
+):
     """
-    Image i is seeded with seed + i, and its noise-ceiling estimate with
-    seed + `CEILING_SEED_OFFSET` + i: every one must fit `torch.Generator`.
+    Image i is seeded with seed + i (`monte_carlo_seeds` per_configuration: the
+    configuration's seed + i, `multigeom_workflow.science.configuration_seed`), and
+    its noise-ceiling estimate with seed + `CEILING_SEED_OFFSET` + i: every one must
+    fit `torch.Generator`, and no two of these streams may share a seed.
     """
-    from .science import CEILING_SEED_OFFSET
+    from .science import CEILING_SEED_OFFSET, seed_ranges
 
-    offset = n_images - 1
-    if ceiling_images:
-        offset = max(offset, CEILING_SEED_OFFSET + ceiling_images - 1)
+    ranges = seed_ranges(
+        seed,
+        [(c.encoder, c.area) for c in configurations],
+        n_images,
+        ceiling_images,
+        mode,
+    )
+    offset = max(last for _, _, last in ranges) - seed
     if seed < 0 or seed + offset > MAX_SEED:
+        how = (
+            "image i is seeded with seed + i"
+            if mode == "shared"
+            else "image i of a configuration is seeded with seed + 2**32 * (1 + H) + i "
+            "(monte_carlo_seeds: per_configuration, H < 2**24 from its name)"
+        )
         raise ConfigError(
-            f"config key 'seed' = {seed}: image i is seeded with seed + i (and its "
+            f"config key 'seed' = {seed}: {how} (and its "
             f"noise-ceiling estimate with seed + {CEILING_SEED_OFFSET} + i), which "
             f"torch.Generator.manual_seed takes from 0 to 2**64 - 1; allowed with "
             f"n_images = {n_images}, noise_ceiling_images = {ceiling_images}: 0 to "
             f"{MAX_SEED - offset}"
         )
+    ranges.sort(key=lambda r: r[1])
+    for (a, _, a_last), (b, b_first, b_last) in zip(ranges, ranges[1:], strict=False):
+        if b_first <= a_last:
+            raise ConfigError(
+                f"config key 'monte_carlo_seeds' = {mode!r}: the seeds of {a} (up to "
+                f"{a_last}) and of {b} ({b_first} to {b_last}) overlap, so their "
+                "Monte-Carlo draws would not be independent; allowed: n_images at most "
+                f"{CEILING_SEED_OFFSET} (the noise ceiling's seeds start at seed + "
+                f"{CEILING_SEED_OFFSET}), and configurations of distinct seeds"
+            )
 
 
 def _check_device(device: str):
@@ -712,8 +755,13 @@ def load_scenario(
     )
     if listed and not remote:  # files already there: each must read as an image
         _check_readable(files[:n_images])
+    seeds = str(config.get("monte_carlo_seeds", "shared"))
     _check_seed(
-        int(config["seed"]), n_images, int(config.get("noise_ceiling_images") or 0)
+        int(config["seed"]),
+        n_images,
+        int(config.get("noise_ceiling_images") or 0),
+        configurations,
+        seeds,
     )
     _check_device(str(config["device"]))
     if not remote:
@@ -753,4 +801,5 @@ def load_scenario(
         notes=notes,
         engine=engine,
         precision=precision,
+        monte_carlo_seeds=seeds,
     )

@@ -1,5 +1,13 @@
 """
-References for Fig. 4D-E: the Monte-Carlo noise ceiling and the ground truth.
+References for Fig. 4D-E: the Monte-Carlo noise ceiling and the ground truth, and the
+seeds of the Monte-Carlo draws.
+
+* Seeds (config key ``monte_carlo_seeds``): ``shared`` seeds image i with seed + i in
+  every configuration (the paper's common random numbers: the configurations of one
+  image draw the same x_t and observation noise); ``per_configuration`` seeds it with
+  seed + 2**32 * (1 + H) + i, H the first 24 bits of the SHA-256 of
+  ``"<encoder>/<area>"`` (`configuration_seed`), so that two configurations share no
+  draw, as the two estimates of the noise ceiling share none.
 
 * Noise ceiling: a few images of every configuration are estimated a second time with
   other Monte-Carlo seeds (``seed + CEILING_SEED_OFFSET + i`` instead of ``seed + i``).
@@ -24,6 +32,7 @@ the structure of mutual information in neural populations. arXiv 2605.06304, Fig
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,7 +41,12 @@ from .files import atomic_path
 
 __all__ = [
     "CEILING_SEED_OFFSET",
+    "CONFIGURATION_SEED_STRIDE",
+    "SEED_MODES",
     "ceiling_estimator",
+    "configuration_estimator",
+    "configuration_seed",
+    "seed_ranges",
     "noise_ceiling",
     "truth_alignment",
 ]
@@ -42,9 +56,89 @@ __all__ = [
 CEILING_SEED_OFFSET = 10**6
 
 
+#: Values of config key ``monte_carlo_seeds``.
+SEED_MODES = ("shared", "per_configuration")
+#: With ``monte_carlo_seeds: per_configuration``, a configuration's seeds start at
+#: seed + CONFIGURATION_SEED_STRIDE * (1 + H), H < 2**24: its n_images seeds never reach
+#: another configuration's (H differ) nor the noise ceiling's (seed + 10**6 + i).
+CONFIGURATION_SEED_STRIDE = 2**32
+
+
 def ceiling_estimator(estimator: dict) -> dict:
     """The estimator settings of the second estimates: the same, seed moved."""
     return {**estimator, "seed": int(estimator["seed"]) + CEILING_SEED_OFFSET}
+
+
+def configuration_seed(seed: int, encoder: str, area: str, mode: str) -> int:
+    """
+    The seed of a configuration's draws: its image i is seeded with this + i.
+
+    Parameters
+    ----------
+    seed : int
+        The run's seed (config key ``seed``).
+    encoder, area : str
+        The configuration.
+    mode : {"shared", "per_configuration"}
+        Config key ``monte_carlo_seeds``.
+
+    Returns
+    -------
+    int
+        `seed` (shared), or seed + 2**32 * (1 + H) with H = the first 6 hexadecimal
+        digits of the SHA-256 of ``"<encoder>/<area>"`` (UTF-8) as an integer
+        (per_configuration): deterministic, and independent of the order or number
+        of configurations in the run.
+
+    Raises
+    ------
+    ValueError
+        For another mode.
+    """
+    if mode == "shared":
+        return int(seed)
+    if mode != "per_configuration":
+        raise ValueError(
+            f"monte_carlo_seeds {mode!r}; allowed: {', '.join(SEED_MODES)}"
+        )
+    digest = hashlib.sha256(f"{encoder}/{area}".encode()).hexdigest()
+    return int(seed) + CONFIGURATION_SEED_STRIDE * (1 + int(digest[:6], 16))
+
+
+def configuration_estimator(
+    estimator: dict, encoder: str, area: str, mode: str
+) -> dict:
+    """A configuration's estimator settings: its seed (`configuration_seed`) applied."""
+    seed = configuration_seed(int(estimator["seed"]), encoder, area, mode)
+    return {**estimator, "seed": seed}
+
+
+def seed_ranges(
+    seed: int,
+    configurations: Iterable[tuple[str, str]],
+    n_images: int,
+    ceiling_images: int,
+    mode: str,
+) -> list[tuple[str, int, int]]:
+    """
+    The seeds a run draws from, as ranges: (what, first, last), last included.
+
+    One range per configuration with ``per_configuration`` seeds, one for all with
+    ``shared`` seeds (``"every configuration"``), and ``"noise ceiling"``
+    (seed + 10**6 + i, i < `ceiling_images`) when there is a ceiling.
+    """
+    configurations = list(configurations)
+    if mode == "shared":
+        starts = {"every configuration": int(seed)}
+    else:
+        starts = {
+            f"{e}/{a}": configuration_seed(seed, e, a, mode) for e, a in configurations
+        }
+    out = [(what, s, s + n_images - 1) for what, s in starts.items()]
+    if ceiling_images:
+        first = int(seed) + CEILING_SEED_OFFSET
+        out.append(("noise ceiling", first, first + ceiling_images - 1))
+    return out
 
 
 def _load(files: Iterable[str | Path]) -> dict[tuple[str, str], dict[int, dict]]:
