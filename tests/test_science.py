@@ -235,9 +235,9 @@ def test_too_many_ceiling_images_is_one_line(tiny_copy):
 
 
 def _own_seed(encoder: str, area: str, seed: int = 42) -> int:
-    """The documented formula: seed + 2**32 * (1 + H), H = SHA-256 hex digits 0-5."""
-    h = int(hashlib.sha256(f"{encoder}/{area}".encode()).hexdigest()[:6], 16)
-    return seed + 2**32 * (1 + h)
+    """The documented formula: seed + 2**16 (1 + H), H = SHA-256 of it mod 65535."""
+    h = int(hashlib.sha256(f"{seed}/{encoder}/{area}".encode()).hexdigest(), 16)
+    return seed + 2**16 * (1 + h % 65535)
 
 
 def _direct_g(run, encoder, area, index, seed):
@@ -337,20 +337,39 @@ def test_monte_carlo_seeds_bad_value_is_one_line():
     )
 
 
-def test_seed_ranges_stay_apart_and_within_torchs_bound():
+def test_seed_ranges_stay_apart_modulo_2_32_and_within_torchs_bound():
     from multigeom_workflow.scenario import MAX_SEED, _check_seed
 
+    # torch's CPU generator reads a seed's low 32 bits: 43 and 2**32 + 43 draw alike
+    draws = [
+        torch.randn(3, generator=torch.Generator().manual_seed(s))
+        for s in (43, 43 + 2**32)
+    ]
+    assert torch.equal(*draws)
     configs = [SimpleNamespace(encoder=e, area=a) for e, a in CONFIGURATIONS]
     per = "per_configuration"
-    largest = max(_own_seed(e, a, 0) for e, a in CONFIGURATIONS) + 1  # 2 images
-    _check_seed(MAX_SEED - largest, 2, 1, configs, per)
+    top = MAX_SEED - 2**32  # a seed whose configurations' seeds all fit
+    _check_seed(top, 2, 1, configs, per)
     with pytest.raises(ConfigError, match=r"'seed' = \d+: image i of a configuration"):
-        _check_seed(MAX_SEED - largest + 1, 2, 1, configs, per)
+        _check_seed(MAX_SEED - 2**16, 2, 1, configs, per)  # offsets >= 2**16
     # shared: the noise ceiling's seeds (seed + 10**6 + i) must not reach seed + i
     _check_seed(42, CEILING_SEED_OFFSET, 1, configs, "shared")
     with pytest.raises(ConfigError) as err:
         _check_seed(42, CEILING_SEED_OFFSET + 1, 1, configs, "shared")
-    assert str(err.value).startswith(
-        "config key 'monte_carlo_seeds' = 'shared': the seeds of every configuration "
-        "(up to 1000042) and of noise ceiling (1000042 to 1000042) overlap"
+    assert str(err.value) == (
+        "config key 'seed' = 42: with monte_carlo_seeds 'shared', the seeds of every "
+        "configuration (42 to 1000042) and of noise ceiling (1000042 to 1000042) draw "
+        "the same numbers (torch's CPU generator reads a seed's low 32 bits), so their "
+        "Monte-Carlo draws would not be independent; allowed: n_images at most 1000000 "
+        "(the noise ceiling's seeds start at seed + 1000000)"
     )
+    # per_configuration: a configuration whose seeds reach the ceiling's is refused
+    # (1 + H = 15: seeds from seed + 983040, n_images up to seed + 1000000), and
+    # another seed parts them
+    seed = next(s for s in range(10**6) if (_own_seed("e", "a", s) - s) // 2**16 == 15)
+    one = [SimpleNamespace(encoder="e", area="a")]
+    n = CEILING_SEED_OFFSET - 15 * 2**16 + 1
+    with pytest.raises(ConfigError, match="e/a .* and of noise ceiling .*another seed"):
+        _check_seed(seed, n, 1, one, per)
+    _check_seed(seed, n - 1, 1, one, per)
+    _check_seed(seed + 1, n, 1, one, per)

@@ -509,9 +509,10 @@ def _check_seed(
     Image i is seeded with seed + i (`monte_carlo_seeds` per_configuration: the
     configuration's seed + i, `multigeom_workflow.science.configuration_seed`), and
     its noise-ceiling estimate with seed + `CEILING_SEED_OFFSET` + i: every one must
-    fit `torch.Generator`, and no two of these streams may share a seed.
+    fit `torch.Generator`, and no two of these streams may draw the same numbers
+    (compared modulo 2**32, `multigeom_workflow.science.overlapping_seeds`).
     """
-    from .science import CEILING_SEED_OFFSET, seed_ranges
+    from .science import CEILING_SEED_OFFSET, overlapping_seeds, seed_ranges
 
     ranges = seed_ranges(
         seed,
@@ -525,8 +526,8 @@ def _check_seed(
         how = (
             "image i is seeded with seed + i"
             if mode == "shared"
-            else "image i of a configuration is seeded with seed + 2**32 * (1 + H) + i "
-            "(monte_carlo_seeds: per_configuration, H < 2**24 from its name)"
+            else "image i of a configuration is seeded with seed + 2**16 * (1 + H) + i "
+            "(monte_carlo_seeds: per_configuration, H < 65535)"
         )
         raise ConfigError(
             f"config key 'seed' = {seed}: {how} (and its "
@@ -535,16 +536,21 @@ def _check_seed(
             f"n_images = {n_images}, noise_ceiling_images = {ceiling_images}: 0 to "
             f"{MAX_SEED - offset}"
         )
-    ranges.sort(key=lambda r: r[1])
-    for (a, _, a_last), (b, b_first, b_last) in zip(ranges, ranges[1:], strict=False):
-        if b_first <= a_last:
-            raise ConfigError(
-                f"config key 'monte_carlo_seeds' = {mode!r}: the seeds of {a} (up to "
-                f"{a_last}) and of {b} ({b_first} to {b_last}) overlap, so their "
-                "Monte-Carlo draws would not be independent; allowed: n_images at most "
-                f"{CEILING_SEED_OFFSET} (the noise ceiling's seeds start at seed + "
-                f"{CEILING_SEED_OFFSET}), and configurations of distinct seeds"
-            )
+    pair = overlapping_seeds(ranges)
+    if pair is not None:
+        (a, a_first, a_last), (b, b_first, b_last) = pair
+        allowed = (
+            f"n_images at most {CEILING_SEED_OFFSET} (the noise ceiling's seeds "
+            f"start at seed + {CEILING_SEED_OFFSET})"
+            if mode == "shared"
+            else "another seed (it moves every configuration's seeds)"
+        )
+        raise ConfigError(
+            f"config key 'seed' = {seed}: with monte_carlo_seeds {mode!r}, the seeds "
+            f"of {a} ({a_first} to {a_last}) and of {b} ({b_first} to {b_last}) draw "
+            "the same numbers (torch's CPU generator reads a seed's low 32 bits), so "
+            f"their Monte-Carlo draws would not be independent; allowed: {allowed}"
+        )
 
 
 def _check_device(device: str):

@@ -5,9 +5,11 @@ seeds of the Monte-Carlo draws.
 * Seeds (config key ``monte_carlo_seeds``): ``shared`` seeds image i with seed + i in
   every configuration (the paper's common random numbers: the configurations of one
   image draw the same x_t and observation noise); ``per_configuration`` seeds it with
-  seed + 2**32 * (1 + H) + i, H the first 24 bits of the SHA-256 of
-  ``"<encoder>/<area>"`` (`configuration_seed`), so that two configurations share no
-  draw, as the two estimates of the noise ceiling share none.
+  seed + 2**16 * (1 + H) + i, H the SHA-256 of ``"<seed>/<encoder>/<area>"`` modulo
+  65535 (`configuration_seed`), so that two configurations share no draw, as the two
+  estimates of the noise ceiling share none. Torch's CPU generator reads only the low
+  32 bits of a seed (seeds 43 and 2**32 + 43 draw the same numbers), so the seeds of a
+  run are kept apart modulo 2**32 (`seed_ranges`, checked when the config is read).
 
 * Noise ceiling: a few images of every configuration are estimated a second time with
   other Monte-Carlo seeds (``seed + CEILING_SEED_OFFSET + i`` instead of ``seed + i``).
@@ -42,10 +44,12 @@ from .files import atomic_path
 __all__ = [
     "CEILING_SEED_OFFSET",
     "CONFIGURATION_SEED_STRIDE",
+    "CPU_SEED_BITS",
     "SEED_MODES",
     "ceiling_estimator",
     "configuration_estimator",
     "configuration_seed",
+    "overlapping_seeds",
     "seed_ranges",
     "noise_ceiling",
     "truth_alignment",
@@ -59,9 +63,14 @@ CEILING_SEED_OFFSET = 10**6
 #: Values of config key ``monte_carlo_seeds``.
 SEED_MODES = ("shared", "per_configuration")
 #: With ``monte_carlo_seeds: per_configuration``, a configuration's seeds start at
-#: seed + CONFIGURATION_SEED_STRIDE * (1 + H), H < 2**24: its n_images seeds never reach
-#: another configuration's (H differ) nor the noise ceiling's (seed + 10**6 + i).
-CONFIGURATION_SEED_STRIDE = 2**32
+#: seed + CONFIGURATION_SEED_STRIDE * (1 + H), 0 <= H < 65535: below seed + 2**32, so
+#: apart modulo 2**32 (torch's CPU generator reads a seed's low 32 bits) from the
+#: shared seeds (seed + i) and, unless H collide, from another configuration's.
+CONFIGURATION_SEED_STRIDE = 2**16
+#: The modulus of H.
+CONFIGURATION_SEED_SLOTS = 2**16 - 1
+#: Torch's CPU generator (mt19937) is seeded with a seed's low 32 bits.
+CPU_SEED_BITS = 32
 
 
 def ceiling_estimator(estimator: dict) -> dict:
@@ -85,10 +94,11 @@ def configuration_seed(seed: int, encoder: str, area: str, mode: str) -> int:
     Returns
     -------
     int
-        `seed` (shared), or seed + 2**32 * (1 + H) with H = the first 6 hexadecimal
-        digits of the SHA-256 of ``"<encoder>/<area>"`` (UTF-8) as an integer
-        (per_configuration): deterministic, and independent of the order or number
-        of configurations in the run.
+        `seed` (shared), or seed + 2**16 * (1 + H) with H the SHA-256 digest of
+        ``"<seed>/<encoder>/<area>"`` (UTF-8), as a big-endian integer, modulo 65535
+        (per_configuration): deterministic, independent of the order or number of
+        configurations in the run, and another `seed` gives other H (two
+        configurations whose seeds collide part with another seed).
 
     Raises
     ------
@@ -101,8 +111,9 @@ def configuration_seed(seed: int, encoder: str, area: str, mode: str) -> int:
         raise ValueError(
             f"monte_carlo_seeds {mode!r}; allowed: {', '.join(SEED_MODES)}"
         )
-    digest = hashlib.sha256(f"{encoder}/{area}".encode()).hexdigest()
-    return int(seed) + CONFIGURATION_SEED_STRIDE * (1 + int(digest[:6], 16))
+    digest = hashlib.sha256(f"{int(seed)}/{encoder}/{area}".encode()).digest()
+    h = int.from_bytes(digest, "big") % CONFIGURATION_SEED_SLOTS
+    return int(seed) + CONFIGURATION_SEED_STRIDE * (1 + h)
 
 
 def configuration_estimator(
@@ -250,3 +261,21 @@ def truth_alignment(
         if all(curves.values()):
             result["configurations"][f"{encoder}/{area}"] = curves
     return _write(result, out)
+
+
+def overlapping_seeds(
+    ranges: list[tuple[str, int, int]],
+) -> tuple[tuple[str, int, int], tuple[str, int, int]] | None:
+    """
+    Two of `seed_ranges` that draw the same numbers on a CPU, or None.
+
+    Torch's CPU generator reads a seed's low 32 bits (`CPU_SEED_BITS`), so ranges are
+    compared modulo 2**32 (a range of 2**32 seeds or more overlaps any other).
+    """
+    m = 2**CPU_SEED_BITS
+    for i, a in enumerate(ranges):
+        for b in ranges[i + 1 :]:
+            a_len, b_len = a[2] - a[1] + 1, b[2] - b[1] + 1
+            if (b[1] - a[1]) % m < a_len or (a[1] - b[1]) % m < b_len:
+                return a, b
+    return None
