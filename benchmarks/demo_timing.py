@@ -56,8 +56,10 @@ def main(argv=None):
         outside = 1 - sum(files) / sum(jobs)
         print(f"share of per-image job time outside the estimator: {outside:.1%}")
     # CPU seconds per stage: Snakemake's cpu_time of each job (the job's processes);
-    # a per-image job hands its image to a warm worker, whose estimator time (the
-    # files' elapsed_seconds, one thread) is counted instead.
+    # a per-image job hands its image to a warm worker (counted in the cpu_time of the
+    # job that started it, while it runs), so the estimator's seconds (the files'
+    # elapsed_seconds, one thread: wall-clock, an upper bound of its CPU time) are
+    # listed instead.
     print(f"{'rule':26} {'jobs':>5} {'wall s':>8} {'CPU s':>8}")
     total = 0.0
     for rule, rows in bench.items():
@@ -67,8 +69,8 @@ def main(argv=None):
         folder = folder or {"estimate_image_ceiling": "per_image_ceiling"}.get(rule)
         note = ""
         if folder:
-            cpu += sum(inside[folder])
-            note = "  (+ the workers' estimator time)"
+            cpu = sum(inside[folder])
+            note = "  (the estimator's seconds in the warm workers)"
         total += cpu
         print(f"{rule:26} {len(rows):5d} {wall:8.1f} {cpu:8.1f}{note}")
     print(
