@@ -2,7 +2,8 @@
 What a finished demo run shows: per configuration, the encoder's fit (correlation with
 the area's noiseless responses on held-out crops, response std on the test images), how
 much its diffusion model's prediction depends on the responses, the noise ceiling, and
-the alignment of G(x) and J(x) with the area's ground truth; then A_k of every pair.
+the alignment of G(x) and J(x) with the area's ground truth, as the Markdown table of
+README.md; then A_k of every pair.
 
 Usage: python benchmarks/demo_science.py [WORKDIR] [--k 10]
 """
@@ -18,7 +19,7 @@ def _at(curve: dict | None, k: int) -> str:
     if not curve:
         return "-"
     i = min(k, len(curve["k"])) - 1
-    return f"{curve['alignment_mean'][i]:.3f}±{curve['alignment_sem'][i]:.3f}"
+    return f"{curve['alignment_mean'][i]:.3f} ± {curve['alignment_sem'][i]:.3f}"
 
 
 def main(argv=None):
@@ -36,22 +37,25 @@ def main(argv=None):
 
     ceiling = read("metrics/noise_ceiling.json").get("configurations", {})
     truth = read("metrics/ground_truth.json").get("configurations", {})
+    print(f"A at k = {k}, mean ± s.e.m. over images")
     print(
-        f"{'configuration':18} {'corr':>6} {'std':>6} {'eps pair':>9} {'eps other':>9}"
-        f" {'ceil G':>13} {'G~truth':>13} {'J~truth':>13}   (A_{k})"
+        "| configuration | corr. with noiseless responses (held-out crops) | response "
+        "std (test images) | ‖ε(r₁) − ε(r₂)‖/‖ε‖ same image / other image | noise "
+        "ceiling of G (2 seeds) | G vs truth | J vs truth |"
     )
+    print("|---|---|---|---|---|---|---|")
     for report in sorted(runs.glob("encoders/*/*/fit_report.json")):
         enc, area = report.parent.parent.name, report.parent.name
         label = f"{enc}/{area}"
         fit = json.loads(report.read_text())
         cond = read(f"diffusion/{enc}/{area}/conditioning.json")
         print(
-            f"{label:18} {fit['val_corr_clean']:6.3f} {fit['response_std']:6.3f} "
-            f"{cond.get('pair_mean', float('nan')):9.2e} "
-            f"{cond.get('other_image_mean', float('nan')):9.2e} "
-            f"{_at(ceiling.get(label, {}).get('G'), k):>13} "
-            f"{_at(truth.get(label, {}).get('G'), k):>13} "
-            f"{_at(truth.get(label, {}).get('J'), k):>13}"
+            f"| {label} | {fit['val_corr_clean']:.3f} | {fit['response_std']:.2f} | "
+            f"{cond.get('pair_mean', float('nan')):.1e} / "
+            f"{cond.get('other_image_mean', float('nan')):.1e} | "
+            f"{_at(ceiling.get(label, {}).get('G'), k)} | "
+            f"{_at(truth.get(label, {}).get('G'), k)} | "
+            f"{_at(truth.get(label, {}).get('J'), k)} |"
         )
     metrics = read("metrics/cross_encoder_metrics.json").get("pairs", {})
     for label, pair in sorted(metrics.items()):

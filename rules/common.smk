@@ -176,6 +176,19 @@ def get_estimate_inputs(wildcards):
     }
 
 
+# The estimator settings of each configuration's per-image jobs: the run's, with the
+# configuration's seed (config key monte_carlo_seeds; shared: the run's seed, one dict).
+ESTIMATORS = {
+    (c.encoder, c.area): SCENARIO.estimator_of(c.encoder, c.area)
+    for c in SCENARIO.configurations
+}
+
+
+def get_estimator(wildcards):
+    """The estimator settings of a per-image job (its configuration's seed applied)."""
+    return ESTIMATORS[(wildcards.encoder, wildcards.area)]
+
+
 def get_shard(wildcards):
     """
     The group (shard) of a per-image job; a job whose file existed when the run was

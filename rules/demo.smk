@@ -32,6 +32,8 @@ rule export_demo_photos:
         [f"{RUNS}/demo/test_images/img{i:04d}.png" for i in range(len(DEMO_TEST_PHOTOS))],
     log:
         "logs/export_demo_photos.log",
+    benchmark:
+        "benchmarks/export_demo_photos/run.tsv"
     script:
         "../scripts/export_demo_photos.py"
 
@@ -45,6 +47,8 @@ rule cut_training_crops:
         seed=DEMO["seed"],
     log:
         "logs/cut_training_crops.log",
+    benchmark:
+        "benchmarks/cut_training_crops/run.tsv"
     script:
         "../scripts/cut_training_crops.py"
 
@@ -62,6 +66,8 @@ rule simulate_area:
         noise_sigma=DEMO["noise_sigma"],
     log:
         "logs/simulate_area/{area}.log",
+    benchmark:
+        "benchmarks/simulate_area/{area}.tsv"
     script:
         "../scripts/simulate_area.py"
 
@@ -87,6 +93,8 @@ rule fit_demo_encoder:
         backbone_lr=DEMO["backbone_lr"],
     log:
         "logs/fit_demo_encoder/{encoder}/{area}.log",
+    benchmark:
+        "benchmarks/fit_demo_encoder/{encoder}/{area}.tsv"
     threads: 1
     script:
         "../scripts/fit_demo_encoder.py"
@@ -132,6 +140,8 @@ rule check_conditioning:
         n_images=16,
     log:
         "logs/check_conditioning/{encoder}/{area}.log",
+    benchmark:
+        "benchmarks/check_conditioning/{encoder}/{area}.tsv"
     threads: 1
     script:
         "../scripts/check_conditioning.py"
@@ -152,6 +162,8 @@ rule area_fisher:
         top_k=SCENARIO.top_k,
     log:
         "logs/area_fisher/{area}/img{index}.log",
+    benchmark:
+        "benchmarks/area_fisher/{area}/img{index}.tsv"
     threads: 1
     script:
         "../scripts/area_fisher.py"

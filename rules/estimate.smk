@@ -24,7 +24,13 @@ rule estimate_image:
     output:
         f"{RUNS}/per_image/{{encoder}}/{{area}}/img{{index}}.pt",
     params:
-        estimator=SCENARIO.estimator,
+        # the configuration's seed applied (config key monte_carlo_seeds; shared: one
+        # dict for all, no function to call per job)
+        estimator=(
+            SCENARIO.estimator
+            if SCENARIO.monte_carlo_seeds == "shared"
+            else get_estimator
+        ),
         diffusion=SCENARIO.diffusion,
     log:
         "logs/estimate_image/{encoder}/{area}/img{index}.log",

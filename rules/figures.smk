@@ -14,7 +14,11 @@ rule plot_fig4de:
             labels={"figure": "Fig. 4D-E"},
         ),
         pdf=f"{RESULTS}/fig4de.pdf",
+    params:
+        seeds=SCENARIO.monte_carlo_seeds,  # said in the figure's title
     log:
         "logs/plot_fig4de.log",
+    benchmark:
+        "benchmarks/plot_fig4de/run.tsv"
     script:
         "../scripts/plot_fig4de.py"

@@ -2,7 +2,7 @@
 # first `noise_ceiling_images` images of every configuration, other seeds) and, for the
 # demo's synthetic areas, the ground truth (each area's own Fisher information).
 
-from multigeom_workflow.results.science import ceiling_estimator
+from multigeom_workflow.settings.seeds import ceiling_estimator
 
 
 rule estimate_image_ceiling:
@@ -44,6 +44,8 @@ rule align_ceiling:
         max_k=SCENARIO.top_k,
     log:
         "logs/align_ceiling.log",
+    benchmark:
+        "benchmarks/align_ceiling/run.tsv"
     script:
         "../scripts/align_ceiling.py"
 
@@ -60,6 +62,8 @@ rule align_truth:
         max_k=SCENARIO.top_k,
     log:
         "logs/align_truth.log",
+    benchmark:
+        "benchmarks/align_truth/run.tsv"
     script:
         "../scripts/align_truth.py"
 
@@ -78,5 +82,7 @@ rule plot_ground_truth:
         pdf=f"{RESULTS}/ground_truth.pdf",
     log:
         "logs/plot_ground_truth.log",
+    benchmark:
+        "benchmarks/plot_ground_truth/run.tsv"
     script:
         "../scripts/plot_ground_truth.py"

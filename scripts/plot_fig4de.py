@@ -11,5 +11,5 @@ with job_log(snakemake.log[0]):
     ceiling = None
     if "ceiling" in snakemake.input.keys():
         ceiling = json.loads(Path(snakemake.input.ceiling).read_text())
-    fig = plot_fig4de(metrics, ceiling=ceiling)
+    fig = plot_fig4de(metrics, ceiling=ceiling, seeds=snakemake.params.seeds)
     save_figure(fig, snakemake.output.png, snakemake.output.pdf)

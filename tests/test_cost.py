@@ -88,7 +88,7 @@ def test_monte_carlo_work_of_the_paper_and_the_demo():
     paper = yaml.safe_load(config_path("estimator").read_text())
     demo = yaml.safe_load((REPO / "config/estimator_demo.yaml").read_text())
     assert monte_carlo_work(paper) == 24 * 200
-    assert monte_carlo_work(demo) == 4 * 16
+    assert monte_carlo_work(demo) == 4 * 32
 
 
 @pytest.mark.parametrize(

@@ -89,3 +89,16 @@ def test_no_comparable_pair_is_refused(metrics):
     }
     with pytest.raises(ValueError, match="share an encoder or an area"):
         plot_fig4de({"pairs": only_neither})
+
+
+@pytest.mark.parametrize(
+    "seeds, words",
+    [
+        ("shared", "draws shared by the configurations (image i: seed + i"),
+        ("per_configuration", "draws independent per configuration"),
+    ],
+)
+def test_title_says_how_the_draws_were_seeded(metrics, seeds, words):
+    title = plot_fig4de(metrics, seeds=seeds)._suptitle.get_text()
+    assert title.splitlines()[1].startswith(f"Monte-Carlo {words}")
+    assert "\n" not in plot_fig4de(metrics)._suptitle.get_text()

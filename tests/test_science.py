@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from conftest import CONFIGURATIONS, planned_jobs, run_snakemake
+import yaml
+from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, planned_jobs, run_snakemake
 
 from multigeom_workflow.inputs.demo import (
     area_fisher,
@@ -18,11 +21,12 @@ from multigeom_workflow.inputs.demo import (
     load_teacher,
     simulate_area,
 )
-from multigeom_workflow.results.science import (
+from multigeom_workflow.results.science import noise_ceiling, truth_alignment
+from multigeom_workflow.scenario import ConfigError, validated_scenario
+from multigeom_workflow.settings.seeds import (
     CEILING_SEED_OFFSET,
     ceiling_estimator,
-    noise_ceiling,
-    truth_alignment,
+    configuration_seed,
 )
 
 P, K = 4096, 6
@@ -224,3 +228,147 @@ def test_too_many_ceiling_images_is_one_line(tiny_copy):
         "config error: config key 'noise_ceiling_images' = 3: the ceiling compares "
         "images of the run; allowed: 0 to n_images (2)"
     )
+
+
+# --- config key monte_carlo_seeds ---
+
+
+def _own_seed(encoder: str, area: str, seed: int = 42) -> int:
+    """The documented formula: seed + 2**16 (1 + H), H = SHA-256 of it mod 65535."""
+    h = int(hashlib.sha256(f"{seed}/{encoder}/{area}".encode()).hexdigest(), 16)
+    return seed + 2**16 * (1 + h % 65535)
+
+
+def _direct_g(run, encoder, area, index, seed):
+    """G eigenvalues of test image `index`, estimated here with the draws of `seed`."""
+    from multigeom_workflow.compute.engine import estimate_image_fast
+    from multigeom_workflow.compute.estimate import load_models
+    from multigeom_workflow.inputs.images import load_test_image
+    from multigeom_workflow.scenario import to_namespace
+
+    torch.set_num_threads(1)
+    scenario = validated_scenario(yaml.safe_load(TINY_CONFIG.read_text()), REPO)
+    models = load_models(
+        run / f"runs/encoders/{encoder}/{area}/best_model.pt",
+        run / f"runs/diffusion/{encoder}/{area}/final_model.pt",
+        scenario.diffusion,
+        "cpu",
+    )
+    x = load_test_image(run / f"runs/demo/test_images/img{index:04d}.png")
+    g, _ = estimate_image_fast(
+        x.unsqueeze(0),
+        models.encoder,
+        models.unet,
+        models.alphas_cumprod,
+        to_namespace(scenario.estimator),
+        seed=seed,
+        device=torch.device("cpu"),
+    )
+    return g.eigenvalues
+
+
+def test_per_image_files_are_drawn_from_the_seeds_of_their_mode(tiny_copy):
+    from multigeom_workflow.results.verify import Expected, check_per_image_file
+
+    pair = [("smallcnn", "complex"), ("smallcnn", "simple")]
+
+    def load(enc, area):
+        path = tiny_copy / f"runs/per_image/{enc}/{area}/img0001.pt"
+        return torch.load(path, weights_only=False)
+
+    # shared (the reduced demo, as the paper): image 1 of every configuration from 43
+    for enc, area in pair:
+        assert load(enc, area)["provenance"]["seed"] == 42
+    np.testing.assert_allclose(
+        load(*pair[0])["G_eigenvalues"],
+        _direct_g(tiny_copy, *pair[0], 1, 43),
+        rtol=1e-5,
+    )
+    # per_configuration: the same files recomputed, each from its own seed + 1
+    targets = [f"runs/per_image/{e}/{a}/img0001.pt" for e, a in pair]
+    result = run_snakemake(  # (targets after an option of one value)
+        tiny_copy,
+        *("--config", "monte_carlo_seeds=per_configuration", "--latency-wait", "5"),
+        *targets,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seeds = [load(e, a)["provenance"]["seed"] for e, a in pair]
+    assert seeds == [_own_seed(e, a) for e, a in pair]
+    assert seeds[0] != seeds[1]
+    assert seeds[0] == configuration_seed(42, *pair[0], "per_configuration")
+    g = load(*pair[0])["G_eigenvalues"]
+    np.testing.assert_allclose(
+        g, _direct_g(tiny_copy, *pair[0], 1, seeds[0] + 1), rtol=1e-5
+    )
+    assert not np.allclose(g, _direct_g(tiny_copy, *pair[0], 1, 43), rtol=1e-3)
+    # the per-image check agrees with the mode it is given
+    path = tiny_copy / f"runs/per_image/{pair[0][0]}/{pair[0][1]}/img0001.pt"
+    common = {"top_k": 5, "seed": 42, "sigma": 0.22}
+    own = Expected(**common, monte_carlo_seeds="per_configuration")
+    assert (
+        check_per_image_file(
+            path, encoder=pair[0][0], area=pair[0][1], index=1, expected=own
+        )
+        is None
+    )
+    assert (
+        check_per_image_file(
+            path,
+            encoder=pair[0][0],
+            area=pair[0][1],
+            index=1,
+            expected=Expected(**common),
+        )
+        == f"was made with seed {seeds[0]}, the run's is 42"
+    )
+
+
+def _tiny_config(**changes) -> dict:
+    return {**yaml.safe_load(TINY_CONFIG.read_text()), **changes}
+
+
+def test_monte_carlo_seeds_bad_value_is_one_line():
+    with pytest.raises(ConfigError) as err:
+        validated_scenario(_tiny_config(monte_carlo_seeds="random"), REPO)
+    assert str(err.value) == (
+        "config key 'monte_carlo_seeds' = 'random': 'random' is not one of "
+        "['shared', 'per_configuration']"
+    )
+
+
+def test_seed_ranges_stay_apart_modulo_2_32_and_within_torchs_bound():
+    from multigeom_workflow.scenario import MAX_SEED, _check_seed
+
+    # torch's CPU generator reads a seed's low 32 bits: 43 and 2**32 + 43 draw alike
+    draws = [
+        torch.randn(3, generator=torch.Generator().manual_seed(s))
+        for s in (43, 43 + 2**32)
+    ]
+    assert torch.equal(*draws)
+    configs = [SimpleNamespace(encoder=e, area=a) for e, a in CONFIGURATIONS]
+    per = "per_configuration"
+    top = MAX_SEED - 2**32  # a seed whose configurations' seeds all fit
+    _check_seed(top, 2, 1, configs, per)
+    with pytest.raises(ConfigError, match=r"'seed' = \d+: image i of a configuration"):
+        _check_seed(MAX_SEED - 2**16, 2, 1, configs, per)  # offsets >= 2**16
+    # shared: the noise ceiling's seeds (seed + 10**6 + i) must not reach seed + i
+    _check_seed(42, CEILING_SEED_OFFSET, 1, configs, "shared")
+    with pytest.raises(ConfigError) as err:
+        _check_seed(42, CEILING_SEED_OFFSET + 1, 1, configs, "shared")
+    assert str(err.value) == (
+        "config key 'seed' = 42: with monte_carlo_seeds 'shared', the seeds of every "
+        "configuration (42 to 1000042) and of noise ceiling (1000042 to 1000042) draw "
+        "the same numbers (torch's CPU generator reads a seed's low 32 bits), so their "
+        "Monte-Carlo draws would not be independent; allowed: n_images at most 1000000 "
+        "(the noise ceiling's seeds start at seed + 1000000)"
+    )
+    # per_configuration: a configuration whose seeds reach the ceiling's is refused
+    # (1 + H = 15: seeds from seed + 983040, n_images up to seed + 1000000), and
+    # another seed parts them
+    seed = next(s for s in range(10**6) if (_own_seed("e", "a", s) - s) // 2**16 == 15)
+    one = [SimpleNamespace(encoder="e", area="a")]
+    n = CEILING_SEED_OFFSET - 15 * 2**16 + 1
+    with pytest.raises(ConfigError, match="e/a .* and of noise ceiling .*another seed"):
+        _check_seed(seed, n, 1, one, per)
+    _check_seed(seed, n - 1, 1, one, per)
+    _check_seed(seed + 1, n, 1, one, per)

@@ -80,8 +80,10 @@ class Scenario:
         Root of upstream's run layout (``encoders/``, ``diffusion/``, ``per_image/``,
         ``metrics/``).
     seed, top_k : int
-        Image i is seeded with ``seed + i``; ``top_k`` eigenpairs of G(x) and J(x) are
-        kept, and Stage 5 compares k = 1..top_k.
+        Image i is seeded with ``seed + i`` (with `monte_carlo_seeds`
+        ``per_configuration``: `multigeom_workflow.settings.seeds.configuration_seed` +
+        i); ``top_k`` eigenpairs of G(x) and J(x) are kept, and Stage 5 compares k =
+        1..top_k.
     device : str
         Where per-image jobs compute: ``"cpu"``, ``"cuda"`` (any free GPU, one per
         job) or ``"cuda:N"``, resolved from `device_asked` (``"auto"`` too) and the
@@ -108,6 +110,9 @@ class Scenario:
     engine, precision : str
         The per-image engine (``upstream`` or ``fast``) and the fast engine's precision
         (``fp32``, or ``tf32`` on a GPU); not rule params (like `device`).
+    monte_carlo_seeds : str
+        ``shared`` (every configuration draws image i's numbers from seed + i, the
+        paper's way) or ``per_configuration`` (config key ``monte_carlo_seeds``).
     """
 
     configurations: tuple[Configuration, ...]
@@ -129,6 +134,15 @@ class Scenario:
     notes: tuple[str, ...] = ()
     engine: str = "fast"
     precision: str = "fp32"
+    monte_carlo_seeds: str = "shared"
+
+    def estimator_of(self, encoder: str, area: str) -> dict:
+        """A configuration's estimator settings: its seed (monte_carlo_seeds)."""
+        from .settings.seeds import configuration_estimator
+
+        return configuration_estimator(
+            self.estimator, encoder, area, self.monte_carlo_seeds
+        )
 
     @property
     def uses_gpu(self) -> bool:
@@ -447,7 +461,8 @@ def load_scenario(
             f"config key 'noise_ceiling_images' = {ceiling_images}: the ceiling "
             f"compares images of the run; allowed: 0 to n_images ({n_images})"
         )
-    check_seed(int(config["seed"]), n_images, ceiling_images)
+    seeds = str(config.get("monte_carlo_seeds", "shared"))
+    check_seed(int(config["seed"]), n_images, ceiling_images, configurations, seeds)
     _check_device(str(config["device"]))
     if not remote:
         check_writable(config, runs_dir, configurations)
@@ -486,4 +501,5 @@ def load_scenario(
         notes=notes,
         engine=engine,
         precision=precision,
+        monte_carlo_seeds=seeds,
     )

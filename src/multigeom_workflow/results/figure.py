@@ -25,6 +25,7 @@ from ..settings.names import N_PIXELS
 
 __all__ = [
     "PANELS",
+    "SEED_NOTES",
     "comparison_kind",
     "plot_fig4de",
     "plot_ground_truth",
@@ -61,7 +62,21 @@ def pair_name(pair: dict) -> str:
     )
 
 
-def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS, ceiling: dict | None = None):
+#: How the figure names config key ``monte_carlo_seeds`` (its title's second line).
+SEED_NOTES = {
+    "shared": "Monte-Carlo draws shared by the configurations (image i: seed + i, as "
+    "the paper); the ceiling's are not",
+    "per_configuration": "Monte-Carlo draws independent per configuration (own seeds), "
+    "as between the ceiling's two estimates",
+}
+
+
+def plot_fig4de(
+    metrics: dict,
+    n_pixels: int = N_PIXELS,
+    ceiling: dict | None = None,
+    seeds: str | None = None,
+):
     """
     Draw Fig. 4D-E.
 
@@ -76,6 +91,10 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS, ceiling: dict | None = 
         The Monte-Carlo noise ceiling (`multigeom_workflow.results.science.noise_ceiling`):
         A_k between two estimates of the same configuration, drawn in gray, one line
         per configuration labelled ``"ceiling (2 seeds): <enc>/<area>"``.
+    seeds : {"shared", "per_configuration"}, optional
+        Config key ``monte_carlo_seeds`` of the run, said in the title's second line
+        (`SEED_NOTES`): with shared draws, a G curve may lie above the ceiling by the
+        agreement of the draws alone.
 
     Returns
     -------
@@ -128,10 +147,13 @@ def plot_fig4de(metrics: dict, n_pixels: int = N_PIXELS, ceiling: dict | None = 
         loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False
     )
     shown = f"{n_images[0]}" if len(n_images) == 1 else f"{n_images[0]}-{n_images[-1]}"
-    fig.suptitle(
+    title = (
         f"Fig. 4D-E: alignment of the top-k eigenvectors between configurations "
         f"(mean ± s.e.m. over n = {shown} images)"
     )
+    if seeds is not None:
+        title += f"\n{SEED_NOTES[seeds]}"
+    fig.suptitle(title)
     fig.tight_layout()
     return fig
 

@@ -1,8 +1,9 @@
 """
-References for Fig. 4D-E: the Monte-Carlo noise ceiling and the ground truth.
+References for Fig. 4D-E: the Monte-Carlo noise ceiling and the ground truth (the
+seeds of the draws: `multigeom_workflow.settings.seeds`).
 
 * Noise ceiling: a few images of every configuration are estimated a second time with
-  other Monte-Carlo seeds (``seed + CEILING_SEED_OFFSET + i`` instead of ``seed + i``).
+  other Monte-Carlo seeds (``seed + CEILING_SEED_OFFSET + i``).
   The alignment A_k between the two estimates of the same configuration is what a
   perfect agreement looks like through the estimator's noise: no cross-configuration
   alignment can be expected above it. J(x) has no Monte-Carlo part, so its ceiling is 1
@@ -29,21 +30,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..files import atomic_path
-from ..settings.names import CEILING_SEED_OFFSET
+from ..settings.seeds import CEILING_SEED_OFFSET
 
 __all__ = [
-    "CEILING_SEED_OFFSET",
-    "ceiling_estimator",
     "noise_ceiling",
     "truth_alignment",
 ]
-
-
-
-def ceiling_estimator(estimator: dict) -> dict:
-    """The estimator settings of the second estimates: the same, seed moved."""
-    return {**estimator, "seed": int(estimator["seed"]) + CEILING_SEED_OFFSET}
-
 
 def _load(files: Iterable[str | Path]) -> dict[tuple[str, str], dict[int, dict]]:
     """Per-image files ``.../<enc>/<area>/img{i:04d}.pt`` by configuration and index."""
@@ -154,3 +146,5 @@ def truth_alignment(
         if all(curves.values()):
             result["configurations"][f"{encoder}/{area}"] = curves
     return _write(result, out)
+
+

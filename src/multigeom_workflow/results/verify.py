@@ -6,7 +6,8 @@ A per-image file (upstream's ``img{i:04d}.pt``, written by
 upstream writes with the right shapes (eigenvalues ``(top_k,)``, eigenvectors
 ``(top_k, 4096)``, finite floats), belongs to its configuration and image (its
 ``encoder_name``, ``area``, ``img_idx`` and ``image``), and was made with the run's
-settings (seed, observation noise sigma, the estimator's and the diffusion model's
+settings (seed, the configuration's with ``monte_carlo_seeds: per_configuration``,
+observation noise sigma, the estimator's and the diffusion model's
 settings recorded in its provenance). Provenance fields that do not change the result
 (``engine``, ``precision``, the device, the time) are not compared.
 
@@ -73,6 +74,9 @@ class Expected:
     estimator, diffusion : dict or None
         The run's settings files, parsed; compared with the text the provenance
         records (None: not compared).
+    monte_carlo_seeds : str
+        Config key ``monte_carlo_seeds``: with ``per_configuration``, the provenance of
+        a configuration's files records its own seed (`seed_of`).
     """
 
     top_k: int
@@ -80,6 +84,16 @@ class Expected:
     sigma: float
     estimator: dict | None = None
     diffusion: dict | None = None
+    monte_carlo_seeds: str = "shared"
+
+    def seed_of(self, encoder: str, area: str) -> int:
+        """
+        The seed a configuration's per-image files record (image i seeded with it + i):
+        `multigeom_workflow.settings.seeds.configuration_seed`.
+        """
+        from ..settings.seeds import configuration_seed
+
+        return configuration_seed(self.seed, encoder, area, self.monte_carlo_seeds)
 
     @classmethod
     def of_scenario(cls, scenario) -> Expected:
@@ -90,6 +104,7 @@ class Expected:
             sigma=float(scenario.estimator["monte_carlo"]["observation_noise_sigma"]),
             estimator=_settings(Path(scenario.estimator_file).read_text()),
             diffusion=_settings(Path(scenario.diffusion_file).read_text()),
+            monte_carlo_seeds=scenario.monte_carlo_seeds,
         )
 
 
@@ -196,8 +211,9 @@ def check_per_image_file(
     ):
         return f"was made with sigma = {d['sigma']}, the run's is {expected.sigma}"
     prov = d["provenance"] if isinstance(d["provenance"], dict) else {}
-    if "seed" in prov and prov["seed"] != expected.seed:
-        return f"was made with seed {prov['seed']}, the run's is {expected.seed}"
+    seed = expected.seed_of(encoder, area)
+    if "seed" in prov and prov["seed"] != seed:
+        return f"was made with seed {prov['seed']}, the run's is {seed}"
     for name in ("estimator", "diffusion"):
         want = getattr(expected, name)
         record = (prov.get("configs") or {}).get(name)

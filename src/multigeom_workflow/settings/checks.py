@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .files import setting, timestep_grid
-from .names import CEILING_SEED_OFFSET, MAX_SEED, N_PIXELS
+from .names import MAX_SEED, N_PIXELS
+from .seeds import CEILING_SEED_OFFSET, overlapping_seeds, seed_ranges
 
 __all__ = ["check_engine", "check_estimator", "check_seed", "check_writable"]
 
@@ -72,21 +73,56 @@ def check_estimator(est: dict, diff: dict, top_k: int, est_file: Path, diff_file
         )
 
 
-def check_seed(seed: int, n_images: int, ceiling_images: int = 0):
+def check_seed(
+    seed: int,
+    n_images: int,
+    ceiling_images: int = 0,
+    configurations: tuple = (),
+    mode: str = "shared",
+):
     """
-    Image i is seeded with seed + i, and its noise-ceiling estimate with
-    seed + `CEILING_SEED_OFFSET` + i: every one must fit `torch.Generator`.
+    Image i is seeded with seed + i (`monte_carlo_seeds` per_configuration: the
+    configuration's seed + i, `multigeom_workflow.settings.seeds.configuration_seed`),
+    and its noise-ceiling estimate with seed + `CEILING_SEED_OFFSET` + i: every one must
+    fit `torch.Generator`, and no two of these streams may draw the same numbers
+    (compared modulo 2**32, `multigeom_workflow.settings.seeds.overlapping_seeds`).
     """
-    offset = n_images - 1
-    if ceiling_images:
-        offset = max(offset, CEILING_SEED_OFFSET + ceiling_images - 1)
+    ranges = seed_ranges(
+        seed,
+        [(c.encoder, c.area) for c in configurations],
+        n_images,
+        ceiling_images,
+        mode,
+    )
+    offset = max(last for _, _, last in ranges) - seed
     if seed < 0 or seed + offset > MAX_SEED:
+        how = (
+            "image i is seeded with seed + i"
+            if mode == "shared"
+            else "image i of a configuration is seeded with seed + 2**16 * (1 + H) + i "
+            "(monte_carlo_seeds: per_configuration, H < 65535)"
+        )
         raise ConfigError(
-            f"config key 'seed' = {seed}: image i is seeded with seed + i (and its "
+            f"config key 'seed' = {seed}: {how} (and its "
             f"noise-ceiling estimate with seed + {CEILING_SEED_OFFSET} + i), which "
             f"torch.Generator.manual_seed takes from 0 to 2**64 - 1; allowed with "
             f"n_images = {n_images}, noise_ceiling_images = {ceiling_images}: 0 to "
             f"{MAX_SEED - offset}"
+        )
+    pair = overlapping_seeds(ranges)
+    if pair is not None:
+        (a, a_first, a_last), (b, b_first, b_last) = pair
+        allowed = (
+            f"n_images at most {CEILING_SEED_OFFSET} (the noise ceiling's seeds "
+            f"start at seed + {CEILING_SEED_OFFSET})"
+            if mode == "shared"
+            else "another seed (it moves every configuration's seeds)"
+        )
+        raise ConfigError(
+            f"config key 'seed' = {seed}: with monte_carlo_seeds {mode!r}, the seeds "
+            f"of {a} ({a_first} to {a_last}) and of {b} ({b_first} to {b_last}) draw "
+            "the same numbers (torch's CPU generator reads a seed's low 32 bits), so "
+            f"their Monte-Carlo draws would not be independent; allowed: {allowed}"
         )
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 __all__ = [
     "AREAS",
-    "CEILING_SEED_OFFSET",
     "DEMO_AREAS",
     "DEMO_ENCODERS",
     "ENCODERS",
@@ -39,7 +38,3 @@ N_PIXELS = 64 * 64
 MAX_SEED = 2**64 - 1
 #: The name of TinyImageNet's folder, inside the archive and on disk.
 TINYIMAGENET_DIR = "tiny-imagenet-200"
-#: Added to the estimator's seed for the second estimate of the ceiling images: image i
-#: is then seeded with seed + 10**6 + i, a stream no first estimate uses
-#: (`multigeom_workflow.results.science`).
-CEILING_SEED_OFFSET = 10**6
