@@ -9,10 +9,11 @@ seeds of the Monte-Carlo draws.
   65535 (`configuration_seed`), so that two configurations share no draw, as the two
   estimates of the noise ceiling share none. Torch's CPU generator reads only the low
   32 bits of a seed (seeds 43 and 2**32 + 43 draw the same numbers), so the seeds of a
-  run are kept apart modulo 2**32 (`seed_ranges`, checked when the config is read).
+  run are kept apart modulo 2**32 (`seed_ranges`, `overlapping_seeds`, checked when
+  the config is read).
 
 * Noise ceiling: a few images of every configuration are estimated a second time with
-  other Monte-Carlo seeds (``seed + CEILING_SEED_OFFSET + i`` instead of ``seed + i``).
+  other Monte-Carlo seeds (``seed + CEILING_SEED_OFFSET + i``, in either mode).
   The alignment A_k between the two estimates of the same configuration is what a
   perfect agreement looks like through the estimator's noise: no cross-configuration
   alignment can be expected above it. J(x) has no Monte-Carlo part, so its ceiling is 1
@@ -43,6 +44,7 @@ from .files import atomic_path
 
 __all__ = [
     "CEILING_SEED_OFFSET",
+    "CONFIGURATION_SEED_SLOTS",
     "CONFIGURATION_SEED_STRIDE",
     "CPU_SEED_BITS",
     "SEED_MODES",
