@@ -3,7 +3,7 @@ References for Fig. 4D-E: the Monte-Carlo noise ceiling and the ground truth (th
 seeds of the draws: `multigeom_workflow.settings.seeds`).
 
 * Noise ceiling: a few images of every configuration are estimated a second time with
-  other Monte-Carlo seeds (``seed + CEILING_SEED_OFFSET + i``).
+  other Monte-Carlo seeds (``seed + CEILING_SEED_OFFSET + i``, in either mode).
   The alignment A_k between the two estimates of the same configuration is what a
   perfect agreement looks like through the estimator's noise: no cross-configuration
   alignment can be expected above it. J(x) has no Monte-Carlo part, so its ceiling is 1
