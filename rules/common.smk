@@ -27,9 +27,9 @@ except ConfigError as err:
     # One line on stderr and exit status 1, before any job: Snakemake would wrap a
     # raised error in a traceback of the rule files.
     sys.exit(f"config error: {err}")
-# Problems that stop a real run (at its start, `check_before_first_job`, where the executor is
-# known: a Modal container's image brings its own weights); a dry run shows its plan
-# with them as warnings.
+# Problems that stop a real run (at its start, `check_before_first_job`, where the
+# executor is known: a Modal container's image brings its own weights); a dry run
+# shows its plan with them as warnings.
 if workflow.output_settings.dryrun:
     for _problem in SCENARIO.blockers:
         print(f"warning: {_problem}", file=sys.stderr)
@@ -357,7 +357,9 @@ _slurm = (
     if SLURM_RUN
     else None
 )
-ESTIMATE_RUNTIME_MIN = slurm_runtime_minutes(_slurm[1]) if _slurm and _slurm[0] else None
+ESTIMATE_RUNTIME_MIN = (
+    slurm_runtime_minutes(_slurm[1]) if _slurm and _slurm[0] else None
+)
 
 if not workflow.output_settings.dryrun and not workflow.remote_exec:
     # the per-image files of the run, for the live view (--logger multigeom)

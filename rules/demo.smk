@@ -29,7 +29,10 @@ for _c in SCENARIO.configurations:
 rule export_demo_photos:
     localrule: True
     output:
-        [f"{RUNS}/demo/test_images/img{i:04d}.png" for i in range(len(DEMO_TEST_PHOTOS))],
+        [
+            f"{RUNS}/demo/test_images/img{i:04d}.png"
+            for i in range(len(DEMO_TEST_PHOTOS))
+        ],
     log:
         "logs/export_demo_photos.log",
     benchmark:

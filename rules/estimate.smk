@@ -2,17 +2,19 @@
 # configuration, computed and written by upstream's multigeom.pipeline.per_image.
 # The settings are params (a change of their content recomputes); the device is not
 # (the same image gives the same result wherever it runs). The job is a light process
-# (multigeom_workflow.compute.client, no torch) that holds a slot and hands its request to the
-# slot's warm worker; what all jobs share comes resolved in MULTIGEOM_RUN (common.smk).
+# (multigeom_workflow.compute.client, no torch) that holds a slot and hands its request
+# to the slot's warm worker; what all jobs share comes resolved in MULTIGEOM_RUN
+# (common.smk).
 
 import shlex
 
 # The per-image job's command, for any rule with the wildcards, inputs (image, encoder,
 # diffusion), output, params (estimator, diffusion: in that order), log and threads of
-# estimate_image (another estimator seed in params.estimator, say). Few fields: Snakemake
-# formats it several times per job, in dry runs too.
+# estimate_image (another estimator seed in params.estimator, say). Few fields:
+# Snakemake formats it several times per job, in dry runs too.
 ESTIMATE_IMAGE_SHELL = (
-    f"{shlex.quote(sys.executable)} -m multigeom_workflow.compute.client --wildcards {{wildcards}}"
+    f"{shlex.quote(sys.executable)} -m multigeom_workflow.compute.client"
+    " --wildcards {wildcards}"
     " --input {input:q} --output {output:q} --params {params:q} --threads {threads}"
     " > {log:q} 2>&1"
 )
