@@ -267,7 +267,7 @@ def prepare_estimate_jobs():
 # The figure's references (rules/science.smk): the Monte-Carlo noise ceiling (a second
 # estimate of the first `noise_ceiling_images` images of every configuration, other
 # seeds) and, for the demo's synthetic areas, the ground truth and the fit reports.
-CEILING_IMAGES = int(config["noise_ceiling_images"])  # at most n_images (the scenario)
+CEILING_IMAGES = SCENARIO.ceiling_images  # config key noise_ceiling_images
 DEMO_CONFIGS = [c for c in SCENARIO.configurations if c.is_demo]
 
 
@@ -326,7 +326,10 @@ from multigeom_workflow.planning.plan import (
 
 
 def _estimates(done):
-    """The local and the Modal estimate of the work left, with this run's settings."""
+    """
+    The local and the Modal estimate of the work left (`done`: `progress` with the
+    noise ceiling's second estimates), with this run's settings.
+    """
     settings = workflow.resource_settings
     resources = {
         name: getattr(value, "value", value)
@@ -397,8 +400,8 @@ def profile_placeholders():
 if workflow.output_settings.dryrun:
     for _line in profile_placeholders():
         print(f"warning: {_line}", file=sys.stderr)
-    _done = progress(SCENARIO)
-    _lines = estimate_lines(SCENARIO, _done, *_estimates(_done))
+    _left = progress(SCENARIO, with_ceiling=True)
+    _lines = estimate_lines(SCENARIO, *_estimates(_left))
     if _slurm:
         _lines += slurm_lines(*_slurm)
     print("\n".join(_lines), file=sys.stderr)
@@ -427,7 +430,7 @@ def check_before_first_job():
                 "the folder's order cannot be read there); use tinyimagenet or demo, "
                 "or run locally"
             )
-        modal = _estimates(progress(SCENARIO))[1]
+        modal = _estimates(progress(SCENARIO, with_ceiling=True))[1]
         problem = budget_problem(modal, SCENARIO.modal["max_cost_usd"])
         if problem:
             sys.exit(problem)

@@ -161,10 +161,32 @@ def estimate_block(result) -> list[str]:
     return block
 
 
+def test_the_estimate_counts_the_noise_ceilings_second_estimates(tmp_path):
+    """
+    Every per-image computation is counted: 4 configurations x 3 images, plus the
+    second estimates of the first 2 images of each (the noise ceiling), 8 of them.
+    """
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = write_config(tmp_path, n_images=3, noise_ceiling_images=2)
+    result = run_snakemake(work, "-n", configfile=cfg)
+    assert estimate_block(result)[4:6] == [
+        "  noise ceiling                 0 / 8 second estimates done",
+        "  per-image computations left: 20",
+    ]
+    planned = planned_jobs(result)
+    assert planned["estimate_image"] + planned["estimate_image_ceiling"] == 20
+
+
 def test_dry_run_prints_the_estimate_before_the_jobs(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    cfg = write_config(tmp_path, n_images=3, modal={"gpu": "H100", "max_cost_usd": 0.0})
+    cfg = write_config(
+        tmp_path,
+        n_images=3,
+        noise_ceiling_images=0,
+        modal={"gpu": "H100", "max_cost_usd": 0.0},
+    )
     result = run_snakemake(work, "-n", configfile=cfg)
     assert result.returncode == 0, result.stderr[-2000:]
     block = estimate_block(result)

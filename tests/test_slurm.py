@@ -191,8 +191,12 @@ def test_a_cancelled_run_leaves_nothing_that_looks_finished(tiny_run, tmp_path):
     dry = subprocess.run(
         slurm_command(work, profile, "-n"), env=env, capture_output=True, text=True
     )
-    done = len(list((work / "runs" / "per_image").rglob("*.pt")))
-    assert f"per-image computations left: {8 - done}" in dry.stderr
+    done = sum(
+        len(list((work / "runs" / folder).rglob("*.pt")))
+        for folder in ("per_image", "per_image_ceiling")
+    )
+    # 4 configurations x 2 images, and the noise ceiling's 4 second estimates
+    assert f"per-image computations left: {12 - done}" in dry.stderr
 
 
 def test_runtime_and_gpu_hours_per_shard():

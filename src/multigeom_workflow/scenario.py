@@ -110,6 +110,10 @@ class Scenario:
     engine, precision : str
         The per-image engine (``upstream`` or ``fast``) and the fast engine's precision
         (``fp32``, or ``tf32`` on a GPU); not rule params (like `device`).
+    ceiling_images : int
+        The first `ceiling_images` images of every configuration are estimated a
+        second time with other seeds (config key ``noise_ceiling_images``), into
+        `ceiling_file`.
     monte_carlo_seeds : str
         ``shared`` (every configuration draws image i's numbers from seed + i, the
         paper's way) or ``per_configuration`` (config key ``monte_carlo_seeds``).
@@ -135,6 +139,7 @@ class Scenario:
     engine: str = "fast"
     precision: str = "fp32"
     monte_carlo_seeds: str = "shared"
+    ceiling_images: int = 0
 
     def estimator_of(self, encoder: str, area: str) -> dict:
         """A configuration's estimator settings: its seed (monte_carlo_seeds)."""
@@ -207,6 +212,19 @@ class Scenario:
             self.per_image_file(c.encoder, c.area, i)
             for c in configs
             for i in range(self.n_images)
+        ]
+
+    def ceiling_file(self, encoder: str, area: str, index: int) -> str:
+        """The noise ceiling's second estimate of an image (rules/science.smk)."""
+        return f"{self.runs_dir}/per_image_ceiling/{encoder}/{area}/img{index:04d}.pt"
+
+    def ceiling_files(self, configuration: Configuration | None = None) -> list[str]:
+        """Second estimates of one configuration (or of all), first `ceiling_images`."""
+        configs = self.configurations if configuration is None else (configuration,)
+        return [
+            self.ceiling_file(c.encoder, c.area, i)
+            for c in configs
+            for i in range(self.ceiling_images)
         ]
 
 
@@ -502,4 +520,5 @@ def load_scenario(
         engine=engine,
         precision=precision,
         monte_carlo_seeds=seeds,
+        ceiling_images=ceiling_images,
     )

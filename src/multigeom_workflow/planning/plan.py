@@ -49,11 +49,19 @@ __all__ = [
 MODAL_STARTER_MAX_GPUS = 10
 
 
-def progress(scenario: Scenario) -> dict[tuple[str, str], tuple[int, int]]:
-    """Per configuration (encoder, area): (per-image files done, n_images)."""
+def progress(
+    scenario: Scenario, with_ceiling: bool = False
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """
+    Per configuration (encoder, area): (per-image files done, n_images); with
+    `with_ceiling`, the noise ceiling's second estimates counted too (files done,
+    n_images + ceiling_images): the per-image computations of the run.
+    """
     out = {}
     for c in scenario.configurations:
         files = scenario.per_image_files(c)
+        if with_ceiling:
+            files += scenario.ceiling_files(c)
         out[(c.encoder, c.area)] = (sum(os.path.exists(f) for f in files), len(files))
     return out
 
@@ -155,14 +163,20 @@ def count_startups(
 
 def pending_images(scenario: Scenario) -> list[tuple[tuple[str, str], int]]:
     """
-    ((encoder, area), image index) of every per-image file not yet there, in the order
-    (configuration, image) that shards follow (`multigeom_workflow.planning.shards`).
+    ((encoder, area), image index) of every image with a per-image file or a noise
+    ceiling's second estimate not yet there, in the order (configuration, image) that
+    shards follow (`multigeom_workflow.planning.shards`): both estimates of an image go
+    to its shard.
     """
     return [
         ((c.encoder, c.area), i)
         for c in scenario.configurations
         for i in range(scenario.n_images)
         if not os.path.exists(scenario.per_image_file(c.encoder, c.area, i))
+        or (
+            i < scenario.ceiling_images
+            and not os.path.exists(scenario.ceiling_file(c.encoder, c.area, i))
+        )
     ]
 
 
@@ -286,15 +300,23 @@ def slurm_lines(
 
 def estimate_lines(
     scenario: Scenario,
-    done: dict[tuple[str, str], tuple[int, int]],
     local: CostEstimate,
     modal: CostEstimate,
     workers_why: str,
 ) -> list[str]:
-    """The text `snakemake -n` prints: progress, the local and the Modal estimate."""
+    """
+    The text `snakemake -n` prints: progress per configuration and of the noise
+    ceiling, the local and the Modal estimate of every per-image computation left.
+    """
     lines = ["Estimate of the per-image work left (multigeom-workflow):"]
-    for (enc, area), (n, total) in done.items():
+    for (enc, area), (n, total) in progress(scenario).items():
         lines.append(f"  {enc + '/' + area:<24} {n:>6} / {total} images done")
+    if scenario.ceiling_images:
+        ceiling = [os.path.exists(f) for f in scenario.ceiling_files()]
+        lines.append(
+            f"  {'noise ceiling':<24} {sum(ceiling):>6} / {len(ceiling)} second "
+            "estimates done"
+        )
     lines.append(f"  per-image computations left: {local.images_left}")
     if not local.images_left:
         return lines
