@@ -1,8 +1,9 @@
 # Fig. 4D-E of Azeglio et al. (2026): per-image G(x) and J(x) for every test image of
 # every (encoder, area) configuration, Stage 5 (subspace alignment) and the figure.
 # Usage: snakemake --profile profiles/local-cpu   (see README.md)
-# Every rule but estimate_image is a localrule: with a remote executor (Modal) only the
-# per-image G(x) and J(x) estimates leave this machine.
+# Every rule but the per-image ones (estimate_image, estimate_image_ceiling) is a
+# localrule: with a remote executor (Modal, SLURM) only the per-image G(x) and J(x)
+# estimates leave this machine.
 
 from snakemake.utils import min_version
 

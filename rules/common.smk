@@ -413,13 +413,24 @@ def check_before_first_job():
     torchvision's weights (`Scenario.blockers`); on Modal the container image holds
     them, a folder of test images cannot be listed there, and the run must fit the
     budget (`modal.max_cost_usd`) at the config's `modal.gpu` (the GPU the per-image
-    jobs ask the plugin for: `get_estimate_resources`). A profile's placeholder
+    jobs ask the plugin for: `get_estimate_resources`); a local run with ``device:
+    cuda`` (or ``cuda:N``) asked for on a machine without GPU is refused (``auto``
+    falls back to the CPU with a notice). A profile's placeholder
     (`profile_placeholders`) stops any run. Exits with one line.
     """
     for line in profile_placeholders():
         sys.exit(f"config error: {line}")
     plugin = workflow.executor_plugin
-    if getattr(plugin, "name", None) != "modal":
+    name = getattr(plugin, "name", None)
+    if name == "local" and SCENARIO.gpu_fallback and SCENARIO.device_asked != "auto":
+        # cuda or cuda:N asked for explicitly, no GPU here, the jobs would run here
+        sys.exit(
+            f"config error: config key 'device' = {SCENARIO.device_asked!r}: this "
+            "machine shows no GPU and a local run computes here; allowed for a local "
+            "run: auto or cpu (with the Modal or SLURM profile the jobs run on their "
+            "GPUs)"
+        )
+    if name != "modal":
         for problem in SCENARIO.blockers:
             sys.exit(f"config error: {problem}")
     else:

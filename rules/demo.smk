@@ -36,7 +36,7 @@ rule export_demo_photos:
     log:
         "logs/export_demo_photos.log",
     benchmark:
-        "benchmarks/export_demo_photos/run.tsv"
+        "logs/benchmarks/export_demo_photos/run.tsv"
     script:
         "../scripts/export_demo_photos.py"
 
@@ -51,7 +51,7 @@ rule cut_training_crops:
     log:
         "logs/cut_training_crops.log",
     benchmark:
-        "benchmarks/cut_training_crops/run.tsv"
+        "logs/benchmarks/cut_training_crops/run.tsv"
     script:
         "../scripts/cut_training_crops.py"
 
@@ -70,7 +70,7 @@ rule simulate_area:
     log:
         "logs/simulate_area/{area}.log",
     benchmark:
-        "benchmarks/simulate_area/{area}.tsv"
+        "logs/benchmarks/simulate_area/{area}.tsv"
     script:
         "../scripts/simulate_area.py"
 
@@ -97,7 +97,7 @@ rule fit_demo_encoder:
     log:
         "logs/fit_demo_encoder/{encoder}/{area}.log",
     benchmark:
-        "benchmarks/fit_demo_encoder/{encoder}/{area}.tsv"
+        "logs/benchmarks/fit_demo_encoder/{encoder}/{area}.tsv"
     threads: 1
     script:
         "../scripts/fit_demo_encoder.py"
@@ -144,7 +144,7 @@ rule check_conditioning:
     log:
         "logs/check_conditioning/{encoder}/{area}.log",
     benchmark:
-        "benchmarks/check_conditioning/{encoder}/{area}.tsv"
+        "logs/benchmarks/check_conditioning/{encoder}/{area}.tsv"
     threads: 1
     script:
         "../scripts/check_conditioning.py"
@@ -166,7 +166,7 @@ rule area_fisher:
     log:
         "logs/area_fisher/{area}/img{index}.log",
     benchmark:
-        "benchmarks/area_fisher/{area}/img{index}.tsv"
+        "logs/benchmarks/area_fisher/{area}/img{index}.tsv"
     threads: 1
     script:
         "../scripts/area_fisher.py"

@@ -19,6 +19,6 @@ rule plot_fig4de:
     log:
         "logs/plot_fig4de.log",
     benchmark:
-        "benchmarks/plot_fig4de/run.tsv"
+        "logs/benchmarks/plot_fig4de/run.tsv"
     script:
         "../scripts/plot_fig4de.py"

@@ -45,7 +45,7 @@ rule align_ceiling:
     log:
         "logs/align_ceiling.log",
     benchmark:
-        "benchmarks/align_ceiling/run.tsv"
+        "logs/benchmarks/align_ceiling/run.tsv"
     script:
         "../scripts/align_ceiling.py"
 
@@ -63,7 +63,7 @@ rule align_truth:
     log:
         "logs/align_truth.log",
     benchmark:
-        "benchmarks/align_truth/run.tsv"
+        "logs/benchmarks/align_truth/run.tsv"
     script:
         "../scripts/align_truth.py"
 
@@ -83,6 +83,6 @@ rule plot_ground_truth:
     log:
         "logs/plot_ground_truth.log",
     benchmark:
-        "benchmarks/plot_ground_truth/run.tsv"
+        "logs/benchmarks/plot_ground_truth/run.tsv"
     script:
         "../scripts/plot_ground_truth.py"

@@ -86,7 +86,17 @@ BAD = [
     (
         {"modal": {"gpu": "H100:0"}},
         {},
-        ["'modal.gpu' = 'H100:0'", "does not match", "a fallback list"],
+        ["'modal.gpu' = 'H100:0'", "not allowed; allowed: Modal GPU", "count of 1"],
+    ),
+    (  # Modal's "exact type" mark: no price for it, refused before the dry run's
+        {"modal": {"gpu": "T4!"}},
+        {},
+        ["'modal.gpu' = 'T4!'", "not allowed; allowed: Modal GPU"],
+    ),
+    (
+        {"device": "gpu"},
+        {},
+        ["'device' = 'gpu'", "not allowed; allowed: Device of", "cuda:N"],
     ),
     (
         {"results_dir": "taken/results"},

@@ -135,6 +135,22 @@ def test_no_gpu_is_said_in_one_line(tmp_path):
     assert "gpu=1" not in result.stdout
 
 
+def test_an_explicit_gpu_without_gpu_stops_a_local_run(tmp_path):
+    """device: cuda, no GPU: the dry run says so, a local run stops before any job."""
+    env = {"CUDA_VISIBLE_DEVICES": ""}
+    dry = run_snakemake(tmp_path, "-n", "--config", "device=cuda", env=env)
+    assert dry.returncode == 0
+    assert "no GPU found (config key 'device' = 'cuda')" in dry.stderr
+    run = run_snakemake(tmp_path, "--config", "device=cuda", env=env)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == (
+        "config error: config key 'device' = 'cuda': this machine shows no GPU and a "
+        "local run computes here; allowed for a local run: auto or cpu (with the "
+        "Modal or SLURM profile the jobs run on their GPUs)"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 def test_bare_profile_names_after_install(tmp_path):
     target = tmp_path / "xdg" / "snakemake"
     links = install_profiles(REPO / "profiles", target)

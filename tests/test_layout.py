@@ -89,3 +89,18 @@ def test_modal_image_caches_the_backbone_weights_the_workflow_checks():
     assert profile["modal-image-commands"] == [
         command for _, command in BACKBONE_WEIGHTS.values()
     ]
+
+
+def test_snakemakes_benchmark_files_go_beside_the_logs():
+    """Per-job benchmark files under logs/benchmarks/, never in the scripts' folder."""
+    import re
+
+    paths = [
+        (rule_file.name, path)
+        for rule_file in (REPO / "rules").glob("*.smk")
+        for path in re.findall(
+            r"benchmark:\s*\n\s*(?:f?)\"([^\"]+)\"", rule_file.read_text()
+        )
+    ]
+    assert len(paths) >= 13
+    assert [p for p in paths if not p[1].startswith("logs/benchmarks/")] == []

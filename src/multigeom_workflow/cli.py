@@ -6,6 +6,7 @@
     multigeom-workflow verify            list bad per-image files (--set-aside them)
     (both with --modal-volume NAME: the files on the Modal executor's volume as well)
     multigeom-workflow install-profiles  make `snakemake --profile local-gpu` work
+    multigeom-workflow modal-check       a first contact with a Modal account (cents)
 
 They read the workflow's configuration as Snakemake does (``config/config.yaml``,
 deep-merged with the files given with ``--configfile``, then ``--config KEY=VALUE``,

@@ -73,9 +73,9 @@ DEMO_TRAIN_PHOTOS: tuple[tuple[str, str], ...] = (
     ("skimage", "ihc.png"),
     ("skimage", "retina.jpg"),
 )
-#: File name endings read as images by the ``folder`` source (case-insensitive).
 #: TinyImageNet's validation images: val_0.JPEG ... val_9999.JPEG in val/images.
 TINYIMAGENET_VAL_COUNT = 10000
+#: File name endings read as images by the ``folder`` source (case-insensitive).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".pgm", ".bmp", ".tif", ".tiff")
 #: Where an image is transparent, it is seen on this gray (8-bit RGB): the mean
 #: luminance, 0 in the pipeline's [-1, 1].

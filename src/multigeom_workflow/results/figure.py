@@ -88,9 +88,10 @@ def plot_fig4de(
     n_pixels : int
         P, the dimension of image space (64 x 64 = 4096), for the chance level k/P.
     ceiling : dict, optional
-        The Monte-Carlo noise ceiling (`multigeom_workflow.results.science.noise_ceiling`):
-        A_k between two estimates of the same configuration, drawn in gray, one line
-        per configuration labelled ``"ceiling (2 seeds): <enc>/<area>"``.
+        The Monte-Carlo noise ceiling
+        (`multigeom_workflow.results.science.noise_ceiling`): A_k between two estimates
+        of the same configuration, drawn in gray, one line per configuration labelled
+        ``"ceiling (2 seeds): <enc>/<area>"``.
     seeds : {"shared", "per_configuration"}, optional
         Config key ``monte_carlo_seeds`` of the run, said in the title's second line
         (`SEED_NOTES`): with shared draws, a G curve may lie above the ceiling by the

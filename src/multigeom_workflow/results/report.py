@@ -5,8 +5,8 @@ metrics, the progress and seconds per image of every configuration, the run's se
 Each table is written as a small HTML page (Snakemake's report shows HTML results in
 place) and the metrics also as CSV. Everything is read from files a run leaves: Stage
 5's metrics file, the per-image files, and the per-job benchmark files of Snakemake
-(``logs/benchmarks/estimate_image/<encoder>/<area>/img<i>.tsv``, column ``s``: wall-clock
-seconds of the job). Nothing is recomputed.
+(``logs/benchmarks/estimate_image/<encoder>/<area>/img<i>.tsv``, column ``s``:
+wall-clock seconds of the job). Nothing is recomputed.
 
 References
 ----------
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .figure import comparison_kind
 from ..files import atomic_path
 from ..settings.names import N_PIXELS
+from .figure import comparison_kind
 
 __all__ = [
     "REPORT_KS",

@@ -37,6 +37,7 @@ __all__ = [
     "truth_alignment",
 ]
 
+
 def _load(files: Iterable[str | Path]) -> dict[tuple[str, str], dict[int, dict]]:
     """Per-image files ``.../<enc>/<area>/img{i:04d}.pt`` by configuration and index."""
     import torch
@@ -146,5 +147,3 @@ def truth_alignment(
         if all(curves.values()):
             result["configurations"][f"{encoder}/{area}"] = curves
     return _write(result, out)
-
-

@@ -34,7 +34,8 @@ def schema_error_line(error) -> str:
         where += f" = {error.instance!r}"
     message = error.message
     if error.validator == "pattern":  # a regular expression says little: describe it
-        message += f" ({' '.join(error.schema.get('description', '').split())})"
+        described = " ".join(error.schema.get("description", "").split())
+        message = f"not allowed; allowed: {described}" if described else message
     elif error.validator in ("oneOf", "anyOf"):  # "not valid under any": say what is
         allowed = " or ".join(_describe(sub) for sub in error.validator_value)
         message = f"not allowed; allowed: {allowed}"
