@@ -21,6 +21,27 @@ except ImportError as err:
         "./plugins/snakemake-executor-plugin-modal` in the repository (see README.md)"
     ) from None
 
+def check_installed_package():
+    """
+    A warning line when the `multigeom_workflow` package Python imports is not this
+    workflow's own (``src/`` beside the Snakefile): another checkout installed in the
+    environment would run its code with this workflow's rules.
+    """
+    import multigeom_workflow
+
+    here = os.path.realpath(os.path.join(workflow.basedir, "src"))
+    imported = os.path.realpath(os.path.dirname(multigeom_workflow.__file__))
+    if not workflow.remote_exec and os.path.dirname(imported) != here:
+        print(
+            f"warning: the multigeom_workflow package imported is {imported}, not this "
+            f"workflow's ({here}/multigeom_workflow): run `pip install -e .` in "
+            f"{workflow.basedir} to use this checkout",
+            file=sys.stderr,
+        )
+
+
+check_installed_package()
+
 try:  # the schema (config/schemas/config.schema.yaml), then the file-system checks
     SCENARIO = validated_scenario(config, workflow.basedir, workflow.remote_exec)
 except ConfigError as err:
