@@ -13,6 +13,7 @@ BAD = [
     # (changes to the reduced demo's config, words the message must hold)
     ({"n_images": 0}, ["'n_images' = 0", "allowed: an integer >= 1"]),
     ({"engine": "turbo"}, ["'engine' = 'turbo'", "allowed: upstream, fast"]),
+    ({"configs": []}, ["'configs'", "allowed: a list of 1 or more"]),
     ({"top_k": "many"}, ["'top_k' = 'many'", "allowed: an integer >= 1"]),
     ({"n_images": 17}, ["'n_images' = 17", "16 images", "1 to 16"]),
     (

@@ -41,6 +41,8 @@ def schema_error_line(error) -> str:
         message = f"not allowed; allowed: {allowed}"
     elif error.validator in BOUNDED:  # jsonschema's "'x' is not one of [...]" and kin
         message = f"not allowed; allowed: {_describe(error.schema)}"
+    elif error.validator == "minItems":  # "[] should be non-empty"
+        message = f"not allowed; allowed: a list of {error.validator_value} or more"
     elif error.validator == "additionalProperties":
         known = ", ".join(error.schema.get("properties", {}))
         message += f"; allowed keys: {known}"
