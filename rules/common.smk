@@ -443,6 +443,9 @@ def check_before_first_job():
         sys.exit(f"config error: {line}")
     plugin = workflow.executor_plugin
     name = getattr(plugin, "name", None)
+    if name != "modal":
+        for problem in SCENARIO.blockers:
+            sys.exit(f"config error: {problem}")
     if name == "local" and SCENARIO.gpu_fallback and SCENARIO.device_asked != "auto":
         # cuda or cuda:N asked for explicitly, no GPU here, the jobs would run here
         sys.exit(
@@ -451,10 +454,7 @@ def check_before_first_job():
             "run: auto or cpu (with the Modal or SLURM profile the jobs run on their "
             "GPUs)"
         )
-    if name != "modal":
-        for problem in SCENARIO.blockers:
-            sys.exit(f"config error: {problem}")
-    else:
+    if name == "modal":
         if SCENARIO.test_source == "folder":
             sys.exit(
                 "config error: config key 'test_images.source' = 'folder': not "

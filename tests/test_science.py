@@ -244,7 +244,7 @@ def _direct_g(run, encoder, area, index, seed):
     from multigeom_workflow.compute.engine import estimate_image_fast
     from multigeom_workflow.compute.estimate import load_models
     from multigeom_workflow.inputs.images import load_test_image
-    from multigeom_workflow.scenario import to_namespace
+    from multigeom_workflow.settings.files import to_namespace
 
     torch.set_num_threads(1)
     scenario = validated_scenario(yaml.safe_load(TINY_CONFIG.read_text()), REPO)
@@ -331,13 +331,14 @@ def test_monte_carlo_seeds_bad_value_is_one_line():
     with pytest.raises(ConfigError) as err:
         validated_scenario(_tiny_config(monte_carlo_seeds="random"), REPO)
     assert str(err.value) == (
-        "config key 'monte_carlo_seeds' = 'random': 'random' is not one of "
-        "['shared', 'per_configuration']"
+        "config key 'monte_carlo_seeds' = 'random': not allowed; allowed: shared, "
+        "per_configuration"
     )
 
 
 def test_seed_ranges_stay_apart_modulo_2_32_and_within_torchs_bound():
-    from multigeom_workflow.scenario import MAX_SEED, _check_seed
+    from multigeom_workflow.settings.checks import check_seed
+    from multigeom_workflow.settings.names import MAX_SEED
 
     # torch's CPU generator reads a seed's low 32 bits: 43 and 2**32 + 43 draw alike
     draws = [
@@ -348,13 +349,13 @@ def test_seed_ranges_stay_apart_modulo_2_32_and_within_torchs_bound():
     configs = [SimpleNamespace(encoder=e, area=a) for e, a in CONFIGURATIONS]
     per = "per_configuration"
     top = MAX_SEED - 2**32  # a seed whose configurations' seeds all fit
-    _check_seed(top, 2, 1, configs, per)
+    check_seed(top, 2, 1, configs, per)
     with pytest.raises(ConfigError, match=r"'seed' = \d+: image i of a configuration"):
-        _check_seed(MAX_SEED - 2**16, 2, 1, configs, per)  # offsets >= 2**16
+        check_seed(MAX_SEED - 2**16, 2, 1, configs, per)  # offsets >= 2**16
     # shared: the noise ceiling's seeds (seed + 10**6 + i) must not reach seed + i
-    _check_seed(42, CEILING_SEED_OFFSET, 1, configs, "shared")
+    check_seed(42, CEILING_SEED_OFFSET, 1, configs, "shared")
     with pytest.raises(ConfigError) as err:
-        _check_seed(42, CEILING_SEED_OFFSET + 1, 1, configs, "shared")
+        check_seed(42, CEILING_SEED_OFFSET + 1, 1, configs, "shared")
     assert str(err.value) == (
         "config key 'seed' = 42: with monte_carlo_seeds 'shared', the seeds of every "
         "configuration (42 to 1000042) and of noise ceiling (1000042 to 1000042) draw "
@@ -369,6 +370,6 @@ def test_seed_ranges_stay_apart_modulo_2_32_and_within_torchs_bound():
     one = [SimpleNamespace(encoder="e", area="a")]
     n = CEILING_SEED_OFFSET - 15 * 2**16 + 1
     with pytest.raises(ConfigError, match="e/a .* and of noise ceiling .*another seed"):
-        _check_seed(seed, n, 1, one, per)
-    _check_seed(seed, n - 1, 1, one, per)
-    _check_seed(seed + 1, n, 1, one, per)
+        check_seed(seed, n, 1, one, per)
+    check_seed(seed, n - 1, 1, one, per)
+    check_seed(seed + 1, n, 1, one, per)
