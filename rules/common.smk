@@ -273,7 +273,7 @@ def prepare_estimate_jobs():
         for c in SCENARIO.configurations
         for folder in (
             os.path.dirname(SCENARIO.per_image_file(c.encoder, c.area, 0)),
-            f"{RUNS}/per_image_ceiling/{c.encoder}/{c.area}",  # rules/science.smk
+            os.path.dirname(SCENARIO.ceiling_file(c.encoder, c.area, 0)),
         )
     )
     given = dict(workflow.resource_settings.resources)
@@ -299,9 +299,9 @@ def get_fit_report(c):
 
 def get_ceiling_files(kind):
     """The run's first estimates (`first`) or the second ones (`second`) compared."""
-    folder = "per_image" if kind == "first" else "per_image_ceiling"
+    path = SCENARIO.per_image_file if kind == "first" else SCENARIO.ceiling_file
     return [
-        f"{RUNS}/{folder}/{c.encoder}/{c.area}/img{i:04d}.pt"
+        path(c.encoder, c.area, i)
         for c in SCENARIO.configurations
         for i in range(CEILING_IMAGES)
     ]
@@ -333,10 +333,11 @@ def get_science_outputs():
 
 # What is left and what it will take: every dry run prints the estimate before its job
 # list; a real run with the Modal executor refuses to start over budget.
-from multigeom_workflow.planning.cost import budget_problem
-from multigeom_workflow.planning.cost import read_timings
+from multigeom_workflow.planning.cost import budget_problem, read_timings
 from multigeom_workflow.planning.live_view import set_plan
 from multigeom_workflow.planning.plan import (
+    add_progress,
+    ceiling_progress,
     estimate_lines,
     progress,
     run_estimates,
@@ -421,8 +422,9 @@ def profile_placeholders():
 if workflow.output_settings.dryrun:
     for _line in profile_placeholders():
         print(f"warning: {_line}", file=sys.stderr)
-    _left = progress(SCENARIO, with_ceiling=True)
-    _lines = estimate_lines(SCENARIO, *_estimates(_left))
+    _done, _ceiling = progress(SCENARIO), ceiling_progress(SCENARIO)
+    _left = add_progress(_done, _ceiling)
+    _lines = estimate_lines(SCENARIO, _done, _ceiling, *_estimates(_left))
     if _slurm:
         _lines += slurm_lines(*_slurm)
     print("\n".join(_lines), file=sys.stderr)

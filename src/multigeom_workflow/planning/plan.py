@@ -33,6 +33,8 @@ from .shards import make_shards
 
 __all__ = [
     "MODAL_STARTER_MAX_GPUS",
+    "add_progress",
+    "ceiling_progress",
     "estimate_lines",
     "count_startups",
     "local_workers",
@@ -49,6 +51,15 @@ __all__ = [
 MODAL_STARTER_MAX_GPUS = 10
 
 
+def _count(scenario: Scenario, files_of) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per configuration: (files of `files_of(configuration)` there, their number)."""
+    out = {}
+    for c in scenario.configurations:
+        files = files_of(c)
+        out[(c.encoder, c.area)] = (sum(os.path.exists(f) for f in files), len(files))
+    return out
+
+
 def progress(
     scenario: Scenario, with_ceiling: bool = False
 ) -> dict[tuple[str, str], tuple[int, int]]:
@@ -57,13 +68,20 @@ def progress(
     `with_ceiling`, the noise ceiling's second estimates counted too (files done,
     n_images + ceiling_images): the per-image computations of the run.
     """
-    out = {}
-    for c in scenario.configurations:
-        files = scenario.per_image_files(c)
-        if with_ceiling:
-            files += scenario.ceiling_files(c)
-        out[(c.encoder, c.area)] = (sum(os.path.exists(f) for f in files), len(files))
-    return out
+    done = _count(scenario, scenario.per_image_files)
+    return add_progress(done, ceiling_progress(scenario)) if with_ceiling else done
+
+
+def ceiling_progress(scenario: Scenario) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per configuration: (noise-ceiling second estimates done, ceiling_images)."""
+    return _count(scenario, scenario.ceiling_files)
+
+
+def add_progress(
+    a: dict[tuple[str, str], tuple[int, int]], b: dict[tuple[str, str], tuple[int, int]]
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """Two `progress`-like counts of the same configurations, added."""
+    return {key: (n + b[key][0], total + b[key][1]) for key, (n, total) in a.items()}
 
 
 def local_workers(
@@ -300,23 +318,23 @@ def slurm_lines(
 
 def estimate_lines(
     scenario: Scenario,
+    done: dict[tuple[str, str], tuple[int, int]],
+    ceiling: dict[tuple[str, str], tuple[int, int]],
     local: CostEstimate,
     modal: CostEstimate,
     workers_why: str,
 ) -> list[str]:
     """
-    The text `snakemake -n` prints: progress per configuration and of the noise
-    ceiling, the local and the Modal estimate of every per-image computation left.
+    The text `snakemake -n` prints: progress per configuration (`done`, from
+    `progress`) and of the noise ceiling (`ceiling`, from `ceiling_progress`), the
+    local and the Modal estimate of every per-image computation left.
     """
     lines = ["Estimate of the per-image work left (multigeom-workflow):"]
-    for (enc, area), (n, total) in progress(scenario).items():
+    for (enc, area), (n, total) in done.items():
         lines.append(f"  {enc + '/' + area:<24} {n:>6} / {total} images done")
     if scenario.ceiling_images:
-        ceiling = [os.path.exists(f) for f in scenario.ceiling_files()]
-        lines.append(
-            f"  {'noise ceiling':<24} {sum(ceiling):>6} / {len(ceiling)} second "
-            "estimates done"
-        )
+        n, total = (sum(counts) for counts in zip(*ceiling.values(), strict=True))
+        lines.append(f"  {'noise ceiling':<24} {n:>6} / {total} second estimates done")
     lines.append(f"  per-image computations left: {local.images_left}")
     if not local.images_left:
         return lines
