@@ -5,7 +5,7 @@
 rule verify_per_image_files:
     localrule: True
     input:
-        get_per_image_files,
+        get_checked_files,
     output:
         f"{RUNS}/metrics/per_image_checked.tsv",
     params:

@@ -1,138 +1,31 @@
 # Configuration: schema validation, the scenario of the run, and the input functions.
 # Any bad value stops the run here, before any job, with one line naming the key, the
-# value and what is allowed.
-
-import os
-import sys
+# value and what is allowed. What the workflow does to Snakemake itself (the run's
+# settings handed to the jobs, shard groups, resources, the dry run's estimate, the
+# checks before the first job) is multigeom_workflow.snakemake_hooks.
 
 from snakemake.exceptions import WorkflowError
 
 try:
-    from multigeom_workflow.compute.gpus import visible_gpu_ids
-    from multigeom_workflow.compute.request import RunSettings
-    from multigeom_workflow.compute.workers import clean_after_killed_runs
-    from multigeom_workflow.scenario import ConfigError, validated_scenario
-    from multigeom_workflow.settings.files import resolve_settings_file
-    from multigeom_workflow.planning.plan import pending_images
-    from multigeom_workflow.planning.shards import SHARD_GROUP, num_shards, shard_groups
+    from multigeom_workflow import snakemake_hooks as hooks
 except ImportError as err:
     raise WorkflowError(
         f"the workflow's packages are not installed ({err}): run `pip install -e . "
         "./plugins/snakemake-executor-plugin-modal` in the repository (see README.md)"
     ) from None
 
-def check_installed_package():
-    """
-    A warning line when the `multigeom_workflow` package Python imports is not this
-    workflow's own (``src/`` beside the Snakefile): another checkout installed in the
-    environment would run its code with this workflow's rules.
-    """
-    import multigeom_workflow
-
-    here = os.path.realpath(os.path.join(workflow.basedir, "src"))
-    imported = os.path.realpath(os.path.dirname(multigeom_workflow.__file__))
-    if not workflow.remote_exec and os.path.dirname(imported) != here:
-        print(
-            f"warning: the multigeom_workflow package imported is {imported}, not this "
-            f"workflow's ({here}/multigeom_workflow): run `pip install -e .` in "
-            f"{workflow.basedir} to use this checkout",
-            file=sys.stderr,
-        )
-
-
-check_installed_package()
-
-try:  # the schema (config/schemas/config.schema.yaml), then the file-system checks
-    SCENARIO = validated_scenario(config, workflow.basedir, workflow.remote_exec)
-except ConfigError as err:
-    # One line on stderr and exit status 1, before any job: Snakemake would wrap a
-    # raised error in a traceback of the rule files.
-    sys.exit(f"config error: {err}")
-# Problems that stop a real run (at its start, `check_before_first_job`, where the
-# executor is known: a Modal container's image brings its own weights); a dry run
-# shows its plan with them as warnings.
-if workflow.output_settings.dryrun:
-    for _problem in SCENARIO.blockers:
-        print(f"warning: {_problem}", file=sys.stderr)
-if SCENARIO.gpu_fallback:
-    print(SCENARIO.gpu_fallback, file=sys.stderr)
-for _note in SCENARIO.notes:
-    print(_note, file=sys.stderr)
-if SCENARIO.stage5_skipped:
-    print(SCENARIO.stage5_skipped, file=sys.stderr)
-
-
-def export_run_settings():
-    """
-    What every per-image job of this run shares, resolved once here and handed to them
-    in the environment (they inherit it; `RunSettings.to_env`): the run (the process
-    its warm workers and CPU shares belong to), device, GPU ids, CPU shares, settings
-    files, seed, engine. In a SLURM allocation (a shard, profiles/slurm) every
-    per-image job is a Snakemake process of its own: they keep the allocation's first
-    Snakemake as their run, so that one warm worker serves the whole shard, with slot
-    locks of the allocation's own (SLURM numbers every allocation's GPUs from 0, and
-    allocations may share a node).
-    """
-    slurm_job = os.environ.get("SLURM_JOB_ID", "")
-    if slurm_job and os.environ.get("MULTIGEOM_SLURM_JOB_ID") == slurm_job:
-        return  # a later Snakemake process of the same allocation
-    os.environ.update(
-        RunSettings(
-            run_id=str(os.getpid()),
-            device=SCENARIO.device,
-            gpu_ids=visible_gpu_ids() if SCENARIO.uses_gpu else [],
-            cpu_slots=int(workflow.resource_settings.cores or 1),
-            warm=SCENARIO.warm_workers,
-            settings_files={
-                key: str(resolve_settings_file(str(config[key]), key, workflow.basedir))
-                for key in ("estimator", "diffusion")
-            },
-            seed=int(config["seed"]),
-            engine=SCENARIO.engine,
-            precision=SCENARIO.precision,
-        ).to_env(),
-        MULTIGEOM_SLURM_JOB_ID=slurm_job,
-    )
-    if slurm_job:
-        from multigeom_workflow.compute.gpus import lock_dir
-
-        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{slurm_job}"))
-
-
-export_run_settings()
+# the schema (config/schemas/config.schema.yaml), the file-system checks, and the rest
+RUN = hooks.start(workflow, config)
+SCENARIO = RUN.scenario
 RUNS = SCENARIO.runs_dir
 RESULTS = config["results_dir"].rstrip("/")
 DEMO = config["demo"]
-# Per-image jobs compute on the GPU Snakemake gives them when the device is CUDA.
-ESTIMATE_GPUS = 1 if SCENARIO.uses_gpu else 0
+# The figure's references (rules/science.smk): the Monte-Carlo noise ceiling (a second
+# estimate of the first `noise_ceiling_images` images of every configuration, other
+# seeds) and, for the demo's synthetic areas, the ground truth and the fit reports.
+CEILING_IMAGES = SCENARIO.ceiling_images  # config key noise_ceiling_images
+DEMO_CONFIGS = [c for c in SCENARIO.configurations if c.is_demo]
 
-
-def register_shard_groups(shards):
-    """
-    Make every shard's group (``shard-00``, ``shard-01``, ...) count as the one group
-    name "shard", so that a profile's `group-components: [shard=N]` makes one
-    submission of up to N images of a shard: Snakemake keys --group-components by that
-    parent name, as for groups written with wildcards. This writes Snakemake's internal
-    `workflow.parent_groupids` (the mapping it fills for such groups; Snakemake 9.19 to
-    9.x): tests/test_shards.py and tests/test_slurm.py fail if an upgrade changes it.
-    """
-    for shard in set(shards.values()):
-        workflow.parent_groupids[shard] = SHARD_GROUP
-
-
-# The per-image computations left, split into balanced shards. Groups matter only
-# where Snakemake submits them: remote executors, which require --jobs (and the jobs
-# they run remotely). Local runs ignore groups, and a dry run plans faster without them.
-SHARDED = workflow.resource_settings.nodes is not None or not workflow.is_main_process
-SHARDS = (
-    shard_groups(
-        pending_images(SCENARIO),
-        num_shards(config["shards"], workflow.resource_settings.nodes),
-    )
-    if SHARDED
-    else {}
-)
-register_shard_groups(SHARDS)
 
 wildcard_constraints:
     encoder="[A-Za-z0-9_]+",
@@ -142,21 +35,18 @@ wildcard_constraints:
 
 def get_final_outputs():
     """
-    Every per-image file, Stage 5's metrics, the figure, the report's tables and the
-    references (noise ceiling, ground truth). The per-image files are targets
-    themselves, so that one deleted after the figure was drawn is recomputed.
+    Every per-image file (the noise ceiling's second estimates too), Stage 5's
+    metrics, the figure, the report's tables and the references (noise ceiling,
+    ground truth). The per-image files are targets themselves, so that one deleted
+    after the figure was drawn is recomputed.
     Without two comparable configurations (`Scenario.stage5_skipped`), the per-image
-    files, their check and the references that need no comparison (noise ceiling,
-    ground truth).
+    files, their check and the references that need no comparison.
     """
+    checked = [*get_checked_files(), f"{RUNS}/metrics/per_image_checked.tsv"]
     if SCENARIO.stage5_skipped:
-        return [
-            *SCENARIO.per_image_files(),
-            f"{RUNS}/metrics/per_image_checked.tsv",
-            *get_science_outputs(),
-        ]
+        return [*checked, *get_science_outputs()]
     return [
-        *SCENARIO.per_image_files(),
+        *checked,
         f"{RUNS}/metrics/cross_encoder_metrics.json",
         f"{RESULTS}/fig4de.png",
         f"{RESULTS}/fig4de.pdf",
@@ -177,19 +67,13 @@ def get_expected_per_image():
     return asdict(Expected.of_scenario(SCENARIO))
 
 
-def get_configuration(wildcards):
-    """The scenario's configuration named by the job's wildcards."""
-    return SCENARIO.configuration(wildcards.encoder, wildcards.area)
-
-
 def get_estimate_inputs(wildcards):
     """
     The inputs of a per-image job: the test image `index` (in its source's order) and
     the configuration's encoder and diffusion checkpoints. One function for the three,
-    because Snakemake inspects every input function of every job (planning 40,000 jobs
-    takes minutes).
+    because Snakemake inspects every input function of every job.
     """
-    c = get_configuration(wildcards)
+    c = SCENARIO.configuration(wildcards.encoder, wildcards.area)
     return {
         "image": SCENARIO.test_image_files[int(wildcards.index)],
         "encoder": c.encoder_ckpt,
@@ -211,48 +95,8 @@ def get_estimator(wildcards):
 
 
 def get_shard(wildcards):
-    """
-    The group (shard) of a per-image job; a job whose file existed when the run was
-    planned (recomputed after a change of settings) goes to the group "shard".
-    """
-    key = ((wildcards.encoder, wildcards.area), int(wildcards.index))
-    return SHARDS.get(key, SHARD_GROUP)
-
-
-def get_estimate_resources():
-    """
-    The resources of a per-image job (rules estimate_image, estimate_image_ceiling),
-    in one place: `gpu`, 1 when it computes on this machine's GPU (remote profiles set
-    their own count); `runtime`, its time limit in minutes on SLURM (below);
-    and for the Modal executor plugin, the GPU and the budget of the config's `modal`
-    section (`modal_gpu`, `modal_max_cost_usd`: the plugin reads a job's own values
-    before its --modal-gpu and --modal-max-cost-usd), so that the dry run's estimate
-    and the run on Modal use one GPU type and one budget (the budget as a string:
-    Snakemake rounds a float resource to an integer).
-    """
-    return {
-        "gpu": ESTIMATE_GPUS,
-        "runtime": ESTIMATE_RUNTIME_MIN,
-        "modal_gpu": SCENARIO.modal["gpu"],
-        "modal_max_cost_usd": str(float(SCENARIO.modal["max_cost_usd"])),
-    }
-
-
-def share_estimate_image_resources(target):
-    """
-    Give `target` (another per-image job's rule, estimate_image_ceiling) the
-    resources that a profile or the command line sets for estimate_image
-    (`set-resources`), except those set for `target` by name: a profile names the
-    per-image rule once.
-    """
-    from snakemake.resources import Resources
-
-    given = workflow.resource_settings.overwrite_resources
-    own = Resources(dict(given.get(target.name, {})))
-    shared = Resources(dict(given.get("estimate_image", {})))
-    target.resources.update(
-        Resources({name: r for name, r in shared.items() if name not in own})
-    )
+    """The group (shard) of a per-image job (`hooks.Run.shard_of`)."""
+    return RUN.shard_of(wildcards.encoder, wildcards.area, wildcards.index)
 
 
 def get_per_image_files(wildcards=None):
@@ -260,36 +104,9 @@ def get_per_image_files(wildcards=None):
     return SCENARIO.per_image_files()
 
 
-def prepare_estimate_jobs():
-    """
-    At the start of a real run (onstart, below), once Snakemake holds the
-    working directory: remove what killed runs left (ended runs' sockets and CPU
-    shares, temporary folders beside per-image files), and, on this machine's GPUs,
-    start no more per-image jobs than there are GPUs (the `gpu` resource, unless
-    --resources gpu=N gave it) instead of jobs waiting on each other's slot.
-    """
-    clean_after_killed_runs(
-        folder
-        for c in SCENARIO.configurations
-        for folder in (
-            os.path.dirname(SCENARIO.per_image_file(c.encoder, c.area, 0)),
-            os.path.dirname(SCENARIO.ceiling_file(c.encoder, c.area, 0)),
-        )
-    )
-    given = dict(workflow.resource_settings.resources)
-    scheduler = getattr(workflow, "scheduler", None)
-    if workflow.local_exec and SCENARIO.uses_gpu and "gpu" not in given and scheduler:
-        # device cuda:N: every job computes on GPU N
-        n_gpus = 1 if ":" in SCENARIO.device else max(len(visible_gpu_ids()), 1)
-        workflow.scheduler.global_resources["gpu"] = n_gpus
-        workflow.scheduler.resources["gpu"] = n_gpus
-
-
-# The figure's references (rules/science.smk): the Monte-Carlo noise ceiling (a second
-# estimate of the first `noise_ceiling_images` images of every configuration, other
-# seeds) and, for the demo's synthetic areas, the ground truth and the fit reports.
-CEILING_IMAGES = SCENARIO.ceiling_images  # config key noise_ceiling_images
-DEMO_CONFIGS = [c for c in SCENARIO.configurations if c.is_demo]
+def get_checked_files(wildcards=None):
+    """What the check before Stage 5 reads: per-image files and the ceiling's."""
+    return [*SCENARIO.per_image_files(), *SCENARIO.ceiling_files()]
 
 
 def get_fit_report(c):
@@ -331,145 +148,13 @@ def get_science_outputs():
     return out
 
 
-# What is left and what it will take: every dry run prints the estimate before its job
-# list; a real run with the Modal executor refuses to start over budget.
-from multigeom_workflow.planning.cost import budget_problem, read_timings
-from multigeom_workflow.planning.live_view import set_plan
-from multigeom_workflow.planning.plan import (
-    add_progress,
-    ceiling_progress,
-    estimate_lines,
-    progress,
-    run_estimates,
-    slurm_estimate,
-    slurm_lines,
-    slurm_runtime_minutes,
-)
-
-
-def _estimates(done):
-    """
-    The local and the Modal estimate of the work left (`done`: `progress` with the
-    noise ceiling's second estimates), with this run's settings.
-    """
-    settings = workflow.resource_settings
-    resources = {
-        name: getattr(value, "value", value)
-        for name, value in dict(settings.resources).items()
-        if not name.startswith("_")
-    }
-    return run_estimates(SCENARIO, done, settings.cores, settings.nodes, resources)
-
-
-# A run for SLURM (profiles/slurm asks SLURM resources of the per-image jobs): the
-# dry run adds GPU-hours per shard, and a per-image job's `runtime` (minutes; a shard's
-# time limit is their sum) follows the seconds per image of the estimate. Elsewhere,
-# and inside an allocation, `runtime` is not used: no per-image file is read for it.
-SLURM_RUN = any(
-    name.startswith("slurm_")
-    for resources in (
-        workflow.resource_settings.overwrite_resources.get("estimate_image", {}),
-        workflow.resource_settings.default_resources or {},
-    )
-    for name in resources
-) and not workflow.remote_exec
-_slurm = (
-    slurm_estimate(
-        SCENARIO,
-        read_timings(SCENARIO.per_image_files(), engine=SCENARIO.engine),
-        workflow.resource_settings.nodes,
-    )
-    if SLURM_RUN
-    else None
-)
-ESTIMATE_RUNTIME_MIN = (
-    slurm_runtime_minutes(_slurm[1]) if _slurm and _slurm[0] else None
-)
-
-if not workflow.output_settings.dryrun and not workflow.remote_exec:
-    # the per-image files of the run, for the live view (--logger multigeom)
-    set_plan(
-        {
-            f"{c.encoder}/{c.area}": SCENARIO.per_image_files(c)
-            for c in SCENARIO.configurations
-        }
-    )
-
-#: How a profile marks a value its user must set (profiles/slurm): a run refuses it.
-PLACEHOLDER_PREFIX = "SET-"
-
-
-def profile_placeholders():
-    """
-    One line per resource value that a profile (or --set-resources) left as the
-    profile's placeholder (``SET-...``, e.g. ``slurm_account=SET-your-account``): SLURM
-    would refuse such an allocation only once submitted, so the run refuses it first.
-    """
-    lines = []
-    for rule, resources in workflow.resource_settings.overwrite_resources.items():
-        for name, value in dict(resources).items():
-            value = str(getattr(value, "raw", value)).strip("'\"")  # as written
-            if value.startswith(PLACEHOLDER_PREFIX):
-                lines.append(
-                    f"profile entry set-resources {rule}:{name}={value} is the "
-                    "profile's placeholder: give your cluster's value in a copy of the "
-                    "profile or with --set-resources, or remove the entry "
-                    "(docs/slurm.md)"
-                )
-    return lines
-
-
-if workflow.output_settings.dryrun:
-    for _line in profile_placeholders():
-        print(f"warning: {_line}", file=sys.stderr)
-    _done, _ceiling = progress(SCENARIO), ceiling_progress(SCENARIO)
-    _left = add_progress(_done, _ceiling)
-    _lines = estimate_lines(SCENARIO, _done, _ceiling, *_estimates(_left))
-    if _slurm:
-        _lines += slurm_lines(*_slurm)
-    print("\n".join(_lines), file=sys.stderr)
-
-
-def check_before_first_job():
-    """
-    At the start of a real run, where the executor is known: local runs need
-    torchvision's weights (`Scenario.blockers`); on Modal the container image holds
-    them, a folder of test images cannot be listed there, and the run must fit the
-    budget (`modal.max_cost_usd`) at the config's `modal.gpu` (the GPU the per-image
-    jobs ask the plugin for: `get_estimate_resources`); a local run with ``device:
-    cuda`` (or ``cuda:N``) asked for on a machine without GPU is refused (``auto``
-    falls back to the CPU with a notice). A profile's placeholder
-    (`profile_placeholders`) stops any run. Exits with one line.
-    """
-    for line in profile_placeholders():
-        sys.exit(f"config error: {line}")
-    plugin = workflow.executor_plugin
-    name = getattr(plugin, "name", None)
-    if name != "modal":
-        for problem in SCENARIO.blockers:
-            sys.exit(f"config error: {problem}")
-    if name == "local" and SCENARIO.gpu_fallback and SCENARIO.device_asked != "auto":
-        # cuda or cuda:N asked for explicitly, no GPU here, the jobs would run here
-        sys.exit(
-            f"config error: config key 'device' = {SCENARIO.device_asked!r}: this "
-            "machine shows no GPU and a local run computes here; allowed for a local "
-            "run: auto or cpu (with the Modal or SLURM profile the jobs run on their "
-            "GPUs)"
-        )
-    if name == "modal":
-        if SCENARIO.test_source == "folder":
-            sys.exit(
-                "config error: config key 'test_images.source' = 'folder': not "
-                "supported on Modal (a container holds only its shard's images, so "
-                "the folder's order cannot be read there); use tinyimagenet or demo, "
-                "or run locally"
-            )
-        modal = _estimates(progress(SCENARIO, with_ceiling=True))[1]
-        problem = budget_problem(modal, SCENARIO.modal["max_cost_usd"])
-        if problem:
-            sys.exit(problem)
-
-
 onstart:
-    prepare_estimate_jobs()
-    check_before_first_job()
+    hooks.on_start(workflow, RUN)
+
+
+onsuccess:
+    hooks.on_end(workflow, RUN)
+
+
+onerror:
+    hooks.on_end(workflow, RUN)

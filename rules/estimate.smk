@@ -4,7 +4,7 @@
 # (the same image gives the same result wherever it runs). The job is a light process
 # (multigeom_workflow.compute.client, no torch) that holds a slot and hands its request
 # to the slot's warm worker; what all jobs share comes resolved in MULTIGEOM_RUN
-# (common.smk).
+# (multigeom_workflow.snakemake_hooks).
 
 import shlex
 
@@ -39,9 +39,9 @@ rule estimate_image:
     benchmark:
         "logs/benchmarks/estimate_image/{encoder}/{area}/img{index}.tsv"
     group:
-        get_shard if SHARDED else None
+        get_shard if RUN.sharded else None
     threads: 1
     resources:
-        **get_estimate_resources(),  # rules/common.smk
+        **hooks.estimate_resources(RUN),
     shell:
         ESTIMATE_IMAGE_SHELL

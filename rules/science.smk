@@ -5,11 +5,9 @@
 from multigeom_workflow.settings.seeds import ceiling_estimator
 
 
-rule estimate_image_ceiling:
+use rule estimate_image as estimate_image_ceiling with:
     # The per-image job of rules/estimate.smk, with the estimator seeded with
     # seed + 10**6 + i: a second, independent Monte-Carlo estimate of image i.
-    input:
-        unpack(get_estimate_inputs),
     output:
         f"{RUNS}/per_image_ceiling/{{encoder}}/{{area}}/img{{index}}.pt",
     params:
@@ -19,17 +17,10 @@ rule estimate_image_ceiling:
         "logs/estimate_image_ceiling/{encoder}/{area}/img{index}.log",
     benchmark:
         "logs/benchmarks/estimate_image_ceiling/{encoder}/{area}/img{index}.tsv"
-    group:
-        get_shard if SHARDED else None
-    threads: 1
-    resources:
-        **get_estimate_resources(),  # rules/common.smk
-    shell:
-        ESTIMATE_IMAGE_SHELL
 
 
 # A profile's `set-resources` for estimate_image hold for these jobs too.
-share_estimate_image_resources(rules.estimate_image_ceiling.rule)
+hooks.share_resources(workflow, "estimate_image_ceiling")
 
 
 rule align_ceiling:
@@ -37,7 +28,7 @@ rule align_ceiling:
     input:
         first=get_ceiling_files("first"),
         second=get_ceiling_files("second"),
-        checked=rules.verify_per_image_files.output[0],  # the first estimates are good
+        checked=rules.verify_per_image_files.output[0],  # both estimates are good
     output:
         f"{RUNS}/metrics/noise_ceiling.json",
     params:

@@ -20,6 +20,7 @@ LAYERS = [
     {"results"},
     {"planning"},
     {"on_modal"},
+    {"snakemake_hooks"},
     {"cli"},
 ]
 

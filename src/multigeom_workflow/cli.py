@@ -2,6 +2,7 @@
 ``multigeom-workflow``: commands beside Snakemake that start no job.
 
     multigeom-workflow progress          per configuration, per-image files done / total
+                                         (what Snakemake's plan leaves; noise ceiling)
     multigeom-workflow clear             delete chosen per-image files (nothing else)
     multigeom-workflow verify            list bad per-image files (--set-aside them)
     (both with --modal-volume NAME: the files on the Modal executor's volume as well)
@@ -17,6 +18,7 @@ directory of the runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -27,8 +29,7 @@ from .on_modal.volume import (
     volume_progress,
     volume_remove,
 )
-from .planning.plan import progress
-from .results.verify import bad_per_image_files, set_aside
+from .results.verify import bad_per_image_files, run_files, set_aside
 from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import CHECKOUT_DIR
 from .settings.load import load_config
@@ -88,31 +89,73 @@ def install_profiles(profiles_dir: Path, target: Path | None = None) -> list[Pat
     return links
 
 
+def planned_progress(args) -> tuple[dict, dict]:
+    """
+    Per configuration (encoder, area): (per-image files not to be computed, n_images)
+    and the same for the noise ceiling's second estimates, from Snakemake's own plan:
+    a dry run of the workflow (``snakemake -n --quiet``, the same config arguments)
+    that writes the plan it counted (`snakemake_hooks.PLAN_FILE_ENV`), so that
+    progress says what the dry run's estimate says and Snakemake will run.
+
+    Raises
+    ------
+    ConfigError
+        If the dry run fails (its last lines in the message).
+    """
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    from .snakemake_hooks import PLAN_FILE_ENV
+
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--quiet", "--cores", "1"]
+    cmd += ["-s", str(args.workflow_dir / "Snakefile")]
+    if args.configfile:
+        cmd += ["--configfile", *args.configfile]
+    if args.config:
+        cmd += ["--config", *args.config]
+    if args.replace_workflow_config:
+        cmd.append("--replace-workflow-config")
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = Path(tmp) / "plan.json"
+        result = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, PLAN_FILE_ENV: str(plan)},
+            check=False,
+        )
+        if result.returncode or not plan.is_file():
+            tail = " | ".join(result.stderr.strip().splitlines()[-3:])
+            raise ConfigError(f"the dry run that counts the plan failed: {tail}")
+        data = json.loads(plan.read_text())
+    return tuple(
+        {(enc, area): (n, total) for enc, area, n, total in data[kind]}
+        for kind in ("per_image", "ceiling")
+    )
+
+
 def cmd_progress(scenario: Scenario, args) -> int:
     """
-    Print done / total per configuration (here, or on the Modal volume with
-    --modal-volume); exit status 0 when all are done.
+    Print done / total per configuration and for the noise ceiling: here, what
+    Snakemake's plan does not compute (`planned_progress`); on the Modal volume with
+    --modal-volume, the files there. Exit status 0 when nothing is left.
     """
+    ceiling = {}
     if args.modal_volume:
         prefix = args.modal_volume_prefix or default_prefix()
         done = volume_progress(scenario, args.modal_volume, prefix)
         print(f"on Modal volume {args.modal_volume!r}, folder {prefix!r}:")
         print("(finished there; the next run with the same settings reuses them)")
     else:
-        done = progress(scenario)
-        bad = bad_per_image_files(scenario)
-        for f, _ in bad:  # present but bad: not done
-            enc, area = Path(f).parent.parent.name, Path(f).parent.name
-            n, total = done[(enc, area)]
-            done[(enc, area)] = (n - 1, total)
-        if bad:
-            print(
-                f"{len(bad)} per-image file(s) are bad and not counted: "
-                "`multigeom-workflow verify` lists them",
-                file=sys.stderr,
-            )
+        done, ceiling = planned_progress(args)
     for (enc, area), (n, total) in done.items():
         print(f"{enc + '/' + area:<24} {n:>6} / {total}")
+    if scenario.ceiling_images and ceiling:
+        n, total = (sum(counts) for counts in zip(*ceiling.values(), strict=True))
+        print(f"{'noise ceiling':<24} {n:>6} / {total}")
+        done = {**done, ("", "ceiling"): (n, total)}
     n_done = sum(n for n, _ in done.values())
     n_total = sum(t for _, t in done.values())
     print(f"{'all':<24} {n_done:>6} / {n_total}")
@@ -135,7 +178,7 @@ def cmd_verify(scenario: Scenario, args) -> int:
             file=sys.stderr,
         )
         return 1
-    n_checked = sum(n for n, _ in progress(scenario).values())
+    n_checked = sum(os.path.exists(f) for f, *_ in run_files(scenario))
     for f, problem in bad:
         print(f"{f}: {problem}")
     if not bad:
@@ -145,18 +188,29 @@ def cmd_verify(scenario: Scenario, args) -> int:
         tail = ": set aside as <name>.bad; the next run recomputes them"
     else:
         tail = ": `multigeom-workflow verify --set-aside` sets them aside to recompute"
-    print(f"{len(bad)} bad of {n_checked} per-image file(s){tail}", file=sys.stderr)
+    print(
+        f"{len(bad)} bad of {n_checked} per-image file(s) (noise ceiling's included)"
+        f"{tail}",
+        file=sys.stderr,
+    )
     return 1 if bad else 0
 
 
 def cmd_clear(scenario: Scenario, args) -> int:
-    """Delete (or list, with --list) per-image files of the chosen configurations."""
+    """
+    Delete (or list, with --list) the per-image files of the chosen configurations'
+    first images: their first estimates and the noise ceiling's second ones.
+    """
     configs = _selected(scenario, args.configs)
     n = scenario.n_images if args.n_images is None else args.n_images
     files = [
-        Path(scenario.per_image_file(c.encoder, c.area, i))
+        Path(path(c.encoder, c.area, i))
+        for path, count in (
+            (scenario.per_image_file, n),
+            (scenario.ceiling_file, min(n, scenario.ceiling_images)),
+        )
         for c in configs
-        for i in range(n)
+        for i in range(count)
     ]
     all_files, files = files, [f for f in files if f.exists()]
     if not args.list:

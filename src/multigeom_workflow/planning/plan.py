@@ -45,6 +45,7 @@ __all__ = [
     "slurm_estimate",
     "slurm_lines",
     "slurm_runtime_minutes",
+    "slurm_seconds_per_image",
 ]
 
 #: GPUs at once on Modal's Starter plan: the default number of containers.
@@ -127,12 +128,15 @@ def run_estimates(
     cores: int | None,
     nodes: int | None,
     resources: dict,
+    pending: list[tuple[tuple[str, str], int]] | None = None,
 ) -> tuple[CostEstimate, CostEstimate, str]:
     """
-    The estimates of the work left (`done` from `progress`), run locally and run on
-    Modal (``modal.gpu`` of the config, the GPU that the per-image jobs ask the Modal
-    executor for; ``--jobs`` containers or Modal Starter's 10), and why the local run
-    has its number of workers.
+    The estimates of the work left (`done`: per configuration, computations not left
+    and in all), run locally and run on Modal (``modal.gpu`` of the config, the GPU
+    that the per-image jobs ask the Modal executor for; ``--jobs`` containers or Modal
+    Starter's 10), and why the local run has its number of workers. `pending`: the
+    images to compute, ((encoder, area), index), as shards take them (default: those
+    with a file missing, `pending_images`).
 
     Start-ups: with warm workers, one per (worker, configuration with work left), at
     most one per image; with cold jobs, one per per-image job.
@@ -156,7 +160,7 @@ def run_estimates(
         seconds_source=source,
         startup_source=startup_source,
     )
-    modal = modal_estimate(scenario, done, timings, nodes)
+    modal = modal_estimate(scenario, done, timings, nodes, pending)
     return local, modal, why
 
 
@@ -203,11 +207,12 @@ def modal_estimate(
     done: dict[tuple[str, str], tuple[int, int]],
     timings,
     nodes: int | None,
+    pending: list[tuple[tuple[str, str], int]] | None = None,
 ) -> CostEstimate:
     """
     The estimate of the work left (`done` from `progress`) on Modal GPUs of the
     config's ``modal.gpu``, seconds per image measured from `timings` (`read_timings`)
-    on the same GPU type when there are some.
+    on the same GPU type when there are some; `pending` as for `run_estimates`.
     """
     modal = scenario.modal
     prices = {**MODAL_PRICES_USD_PER_S, **modal["prices_usd_per_s"]}
@@ -222,7 +227,9 @@ def modal_estimate(
     if scenario.warm_workers:
         # One container per shard (profiles/modal): the models of a configuration
         # load once in each shard that holds some of its images.
-        shards = make_shards(pending_images(scenario), containers)
+        if pending is None:
+            pending = pending_images(scenario)
+        shards = make_shards(pending, containers)
         n_start = sum(len({config for config, _ in shard}) for shard in shards)
         startup_source = (
             f"upstream's figure; one per shard and configuration, {len(shards)} "
@@ -243,10 +250,23 @@ def modal_estimate(
     )
 
 
+def slurm_seconds_per_image(scenario: Scenario, timings) -> tuple[float, str]:
+    """
+    Seconds per image in a SLURM allocation, and where the figure comes from: measured
+    on earlier per-image files of the allocations' kind of device (`timings` from
+    `read_timings`), else the default scaled by the Monte-Carlo work. The allocations'
+    device, not this machine's: a login node without a GPU falls back to the CPU here,
+    while the shards compute on their GPUs.
+    """
+    kind = "cpu" if scenario.device_asked == "cpu" else "gpu"
+    return _seconds_per_image(scenario, timings, kind)
+
+
 def slurm_estimate(
     scenario: Scenario,
     timings,
     nodes: int | None,
+    pending: list[tuple[tuple[str, str], int]] | None = None,
 ) -> tuple[list[tuple[int, int, float]], float, str]:
     """
     The work left on a SLURM cluster (profiles/slurm): one allocation with one GPU (or
@@ -264,13 +284,12 @@ def slurm_estimate(
         32-core CPU) scaled by the estimator's Monte-Carlo work; with `source`, where
         it comes from.
     """
-    shards = make_shards(pending_images(scenario), max(nodes or 1, 1))
+    if pending is None:
+        pending = pending_images(scenario)
+    shards = make_shards(pending, max(nodes or 1, 1))
     if not shards:
         return [], 0.0, "nothing left"
-    # The allocations' device, not this machine's: a login node without a GPU falls
-    # back to the CPU here, while the shards compute on their GPUs.
-    kind = "cpu" if scenario.device_asked == "cpu" else "gpu"
-    spi, source = _seconds_per_image(scenario, timings, kind)
+    spi, source = slurm_seconds_per_image(scenario, timings)
     out = []
     for shard in shards:
         configs = len({config for config, _ in shard})

@@ -31,6 +31,10 @@ __all__ = [
     "Expected",
     "check_per_image_file",
     "bad_per_image_files",
+    "changed_since_checked",
+    "read_checked",
+    "refresh_checked",
+    "run_files",
     "set_aside",
     "verify_for_stage5",
 ]
@@ -86,13 +90,17 @@ class Expected:
     diffusion: dict | None = None
     monte_carlo_seeds: str = "shared"
 
-    def seed_of(self, encoder: str, area: str) -> int:
+    def seed_of(self, encoder: str, area: str, ceiling: bool = False) -> int:
         """
         The seed a configuration's per-image files record (image i seeded with it + i):
-        `multigeom_workflow.settings.seeds.configuration_seed`.
+        `multigeom_workflow.settings.seeds.configuration_seed`; with `ceiling`, the
+        seed of the noise ceiling's second estimates (`ceiling_estimator`: the run's
+        seed + 10**6, rules/science.smk).
         """
-        from ..settings.seeds import configuration_seed
+        from ..settings.seeds import CEILING_SEED_OFFSET, configuration_seed
 
+        if ceiling:
+            return self.seed + CEILING_SEED_OFFSET
         return configuration_seed(self.seed, encoder, area, self.monte_carlo_seeds)
 
     @classmethod
@@ -144,6 +152,7 @@ def check_per_image_file(
     index: int,
     expected: Expected,
     image_file: str | Path | None = None,
+    ceiling: bool = False,
 ) -> str | None:
     """
     The problem of a per-image file in a few words, or None when it is good.
@@ -151,7 +160,8 @@ def check_per_image_file(
     Parameters
     ----------
     path : str or Path
-        The file ``.../per_image/<encoder>/<area>/img{index:04d}.pt``.
+        The file ``.../per_image/<encoder>/<area>/img{index:04d}.pt`` (or
+        ``.../per_image_ceiling/...``, a noise ceiling's second estimate: `ceiling`).
     encoder, area : str
         Its configuration.
     index : int
@@ -161,6 +171,9 @@ def check_per_image_file(
     image_file : str or Path, optional
         The test image: the file's ``image`` must be its canonical image
         (`multigeom_workflow.inputs.images.load_test_image`), to 1e-6.
+    ceiling : bool
+        The file is a noise ceiling's second estimate: its seed is the ceiling's
+        (`Expected.seed_of`).
 
     Returns
     -------
@@ -211,7 +224,7 @@ def check_per_image_file(
     ):
         return f"was made with sigma = {d['sigma']}, the run's is {expected.sigma}"
     prov = d["provenance"] if isinstance(d["provenance"], dict) else {}
-    seed = expected.seed_of(encoder, area)
+    seed = expected.seed_of(encoder, area, ceiling)
     if "seed" in prov and prov["seed"] != seed:
         return f"was made with seed {prov['seed']}, the run's is {seed}"
     for name in ("estimator", "diffusion"):
@@ -227,30 +240,93 @@ def check_per_image_file(
     return None
 
 
+def run_files(scenario) -> list[tuple[str, str, str, int, bool]]:
+    """
+    (path, encoder, area, index, ceiling) of every per-image file of `scenario`: the
+    first estimates of its first n_images images, then the noise ceiling's second
+    estimates of its first ceiling_images images, in the run's order.
+    """
+    return [
+        (scenario.per_image_file(c.encoder, c.area, i), c.encoder, c.area, i, False)
+        for c in scenario.configurations
+        for i in range(scenario.n_images)
+    ] + [
+        (scenario.ceiling_file(c.encoder, c.area, i), c.encoder, c.area, i, True)
+        for c in scenario.configurations
+        for i in range(scenario.ceiling_images)
+    ]
+
+
 def bad_per_image_files(
-    scenario, *, check_images: bool = True
+    scenario, *, check_images: bool = True, only: Iterable[str] | None = None
 ) -> list[tuple[str, str]]:
     """
-    (file, problem) of every per-image file of `scenario` that exists and is bad,
-    in the run's order. Missing files are not listed (the run computes them).
+    (file, problem) of every per-image file of `scenario` (first estimates and the
+    noise ceiling's second ones) that exists and is bad, in the run's order. Missing
+    files are not listed (the run computes them). With `only`, just those paths.
     """
     expected = Expected.of_scenario(scenario)
+    only = None if only is None else set(map(str, only))
     out = []
-    for c in scenario.configurations:
-        for i in range(scenario.n_images):
-            f = scenario.per_image_file(c.encoder, c.area, i)
-            if not os.path.exists(f):
-                continue
-            problem = check_per_image_file(
-                f,
-                encoder=c.encoder,
-                area=c.area,
-                index=i,
-                expected=expected,
-                image_file=scenario.test_image_files[i] if check_images else None,
-            )
-            if problem:
-                out.append((f, problem))
+    for f, encoder, area, i, ceiling in run_files(scenario):
+        if (only is not None and f not in only) or not os.path.exists(f):
+            continue
+        problem = check_per_image_file(
+            f,
+            encoder=encoder,
+            area=area,
+            index=i,
+            expected=expected,
+            image_file=scenario.test_image_files[i] if check_images else None,
+            ceiling=ceiling,
+        )
+        if problem:
+            out.append((f, problem))
+    return out
+
+
+def _checked_key(path: str | Path) -> str:
+    """A file's size, modification and status-change times (ns), tab-separated."""
+    st = os.stat(path)
+    return f"{st.st_size}\t{st.st_mtime_ns}\t{st.st_ctime_ns}"
+
+
+def read_checked(checked: str | Path) -> dict[str, str]:
+    """The list `verify_for_stage5` wrote: {path: its `_checked_key` when checked}."""
+    try:
+        lines = Path(checked).read_text().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        path, _, key = line.partition("\t")
+        out[path] = key
+    return out
+
+
+def changed_since_checked(
+    files: Iterable[str | Path], checked: str | Path
+) -> list[str]:
+    """
+    The files of `files` that exist, are not newer than the check's list `checked`
+    (Snakemake would run the check again for a newer one), and differ from what was
+    checked (size, modification or status-change time): rewritten, truncated or
+    replaced with their date kept (``cp -p``, a sync preserving times, a disk fault).
+    Snakemake, which follows dates, would hand them to Stage 5 unchecked.
+    """
+    try:
+        checked_at = os.stat(checked).st_mtime_ns
+    except OSError:
+        return []  # no check yet: the check runs before Stage 5
+    known = read_checked(checked)
+    out = []
+    for f in map(str, files):
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        if st.st_mtime_ns <= checked_at and known.get(f) != _checked_key(f):
+            out.append(f)
     return out
 
 
@@ -268,6 +344,27 @@ def set_aside(files: Iterable[str | Path]) -> list[Path]:
     return out
 
 
+def refresh_checked(checked: str | Path, good: Iterable[str | Path]) -> None:
+    """
+    Record the current `_checked_key` of `good` files (checked again and found good,
+    e.g. after a copy that kept their dates) in the check's list `checked`, keeping
+    the list's own date, so that they are not checked again at every parse and
+    Stage 5 does not run again for the same files.
+    """
+    from ..files import atomic_path
+
+    good = {str(f) for f in good}
+    if not good:
+        return
+    st = os.stat(checked)
+    keys = read_checked(checked)
+    keys.update({path: _checked_key(path) for path in sorted(good)})
+    rows = [f"{path}\t{key}" for path, key in keys.items()]
+    with atomic_path(checked) as tmp:
+        Path(tmp).write_text("\n".join(rows) + "\n")
+    os.utime(checked, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 def verify_for_stage5(
     per_image_files: Iterable[str | Path],
     image_files: list[str],
@@ -275,15 +372,17 @@ def verify_for_stage5(
     out: str | Path,
 ) -> Path:
     """
-    Check every per-image file Stage 5 will read (the job before Stage 5, so that a bad
-    file stops the run before Snakemake deletes the previous metrics); write `out`, the
-    list of the good files (path, bytes), when all are good.
+    Check every per-image file Stage 5 will read, the noise ceiling's second estimates
+    too (the job before Stage 5, so that a bad file stops the run before Snakemake
+    deletes the previous metrics); write `out`, the list of the good files (path, then
+    `_checked_key`: bytes, modification and status-change times), when all are good.
 
     Parameters
     ----------
     per_image_files : iterable of path
-        ``.../per_image/<encoder>/<area>/img{i:04d}.pt``: the folders name the
-        configuration, the file name the image.
+        ``.../per_image/<encoder>/<area>/img{i:04d}.pt`` and
+        ``.../per_image_ceiling/<encoder>/<area>/img{i:04d}.pt``: the folders name
+        the kind and the configuration, the file name the image.
     image_files : list of str
         The test set: image i is ``image_files[i]``.
     expected : Expected
@@ -308,12 +407,13 @@ def verify_for_stage5(
             index=index,
             expected=expected,
             image_file=image_files[index],
+            ceiling=f.parent.parent.parent.name == "per_image_ceiling",
         )
         if problem:
             print(f"bad per-image file {f}: {problem}")
             bad.append((f, problem))
         else:
-            rows.append(f"{f}\t{f.stat().st_size}")
+            rows.append(f"{f}\t{_checked_key(f)}")
     if bad:
         set_aside(f for f, _ in bad)
         first, problem = bad[0]

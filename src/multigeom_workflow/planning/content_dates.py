@@ -1,0 +1,152 @@
+"""
+Reruns that follow content, not file dates.
+
+Snakemake reruns a job when one of its inputs is newer than its outputs, and checks
+the content only of inputs up to 1 MB (``--max-checksum-file-size``; snakemake issue
+#4172). A diffusion checkpoint is hundreds of MB: a ``touch``, a ``cp -r`` of the
+checkout (new dates on every file) or a restore from a backup would plan every
+per-image job of its configuration again, hours of GPU at the paper's scale, for the
+same bytes.
+
+Before Snakemake builds its plan, `keep_dates_of_unchanged_content` compares the files
+the per-image results depend on (checkpoints, test images, the demo's data, the
+TinyImageNet archive) with a registry of their content,
+``<runs_dir>/.content_dates.json``: a file whose date changed but whose bytes did not
+(SHA-256) gets back the date it had when its content was first seen, so Snakemake's
+own rules (dates, then its checksums and params) decide as if nothing happened. A
+file whose bytes changed keeps its new date, and Snakemake recomputes what depends on
+it. Hashing runs only for files whose (size, modification time, status-change time)
+differ from the registry: the status-change time moves on every write, rename, copy
+and date change, so a file rewritten with its date kept is hashed too. The registry
+is written at every parse and at the end of every run (`snakemake_hooks.on_end`).
+
+This is Snakemake's ``--touch`` run backwards: it changes only dates, only of files
+whose content is the one recorded, and only to the date recorded with that content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "REGISTRY_NAME",
+    "ContentDates",
+    "keep_dates_of_unchanged_content",
+    "sha256_of",
+]
+
+#: The registry's file name, in the run's ``runs_dir`` (it travels with a copy of it).
+REGISTRY_NAME = ".content_dates.json"
+#: Registry format version (a file of another version is started afresh).
+_VERSION = 1
+
+
+def sha256_of(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, as hex (hashlib, read in chunks)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _stat_key(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+@dataclass
+class ContentDates:
+    """
+    What `keep_dates_of_unchanged_content` did.
+
+    Attributes
+    ----------
+    restored : list of str
+        Files whose date changed with their content the same: their recorded date is
+        back.
+    changed : list of str
+        Files whose content changed since it was recorded: they keep their date, and
+        Snakemake recomputes what depends on them.
+    hashed : int
+        Files read whole (new to the registry, or whose status changed).
+    """
+
+    restored: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    hashed: int = 0
+
+    def lines(self) -> list[str]:
+        """One notice line per kind of change (none when nothing changed)."""
+        out = []
+        if self.restored:
+            out.append(
+                f"{len(self.restored)} input file(s) have a new date but the same "
+                f"content (first: {self.restored[0]}): their recorded date is kept, "
+                "so nothing is recomputed for them (docs/estimates.md)"
+            )
+        if self.changed:
+            out.append(
+                f"{len(self.changed)} input file(s) have new content (first: "
+                f"{self.changed[0]}): what depends on them is recomputed"
+            )
+        return out
+
+
+def keep_dates_of_unchanged_content(
+    files: Iterable[str | Path], registry: str | Path
+) -> ContentDates:
+    """
+    Give every file of `files` whose content is the one recorded in `registry` its
+    recorded modification time back; record new and changed files.
+
+    Parameters
+    ----------
+    files : iterable of path
+        Regular files the per-image results depend on; missing ones are skipped (a
+        rule of the run makes them), and stay in the registry.
+    registry : path
+        The JSON registry, ``{path: [size, mtime_ns, ctime_ns, sha256]}``, rewritten
+        atomically when something changed (paths as given).
+
+    Returns
+    -------
+    ContentDates
+    """
+    from ..files import atomic_path
+
+    registry = Path(registry)
+    try:
+        data = json.loads(registry.read_text())
+        entries = data["files"] if data.get("version") == _VERSION else {}
+    except (OSError, ValueError, KeyError, AttributeError):
+        entries = {}
+    out = ContentDates()
+    dirty = False
+    for f in dict.fromkeys(map(str, files)):
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        key = _stat_key(st)
+        known = entries.get(f)
+        if known and known[:3] == key:
+            continue
+        digest = sha256_of(f)
+        out.hashed += 1
+        if known and known[3] == digest and known[0] == st.st_size:
+            if known[1] != st.st_mtime_ns:
+                os.utime(f, ns=(st.st_atime_ns, known[1]))
+                out.restored.append(f)
+            key = _stat_key(os.stat(f))  # the status-change time moved
+            entries[f] = [*key, digest]
+        else:
+            if known:
+                out.changed.append(f)
+            entries[f] = [*key, digest]
+        dirty = True
+    if dirty:
+        with atomic_path(registry) as tmp:
+            Path(tmp).write_text(json.dumps({"version": _VERSION, "files": entries}))
+    return out

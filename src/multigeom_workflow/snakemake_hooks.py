@@ -1,0 +1,631 @@
+"""
+What the workflow does to Snakemake, in one place.
+
+The rule files only describe the workflow (rules/common.smk: validation, wildcard
+constraints, ``get_*`` functions); everything that acts on the running Snakemake is
+here and takes its ``workflow`` object as an argument: handing the run's settings to
+the per-image jobs, the shard groups, the per-image jobs' resources, the estimate a dry
+run prints, the checks before the first job. Every use of a Snakemake internal
+(attributes not in its documented API) is in this module, named in `INTERNALS`, and
+tests/test_snakemake_hooks.py fails when an upgrade of Snakemake changes one of them.
+
+What is left is what Snakemake will run: the dry run's estimate, the Modal budget
+check, the SLURM lines, the live view and ``multigeom-workflow progress`` count the
+per-image jobs of Snakemake's own plan (its jobs to run, after its rerun triggers and
+metadata: `planned_per_image`), read once the plan is built: in a dry run when
+Snakemake logs its job statistics (`DryRunEstimate`), in a real run at ``onstart``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .compute.gpus import lock_dir, visible_gpu_ids
+from .compute.request import RunSettings
+from .compute.workers import clean_after_killed_runs
+from .planning.content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
+from .planning.cost import budget_problem, read_timings
+from .planning.live_view import set_plan
+from .planning.plan import (
+    estimate_lines,
+    run_estimates,
+    slurm_estimate,
+    slurm_lines,
+    slurm_runtime_minutes,
+    slurm_seconds_per_image,
+)
+from .planning.shards import SHARD_GROUP, num_shards, shard_groups
+from .results.verify import (
+    bad_per_image_files,
+    changed_since_checked,
+    refresh_checked,
+    run_files,
+    set_aside,
+)
+from .scenario import ConfigError, Scenario, validated_scenario
+from .settings.files import resolve_settings_file
+
+__all__ = [
+    "INTERNALS",
+    "PER_IMAGE_RULES",
+    "PLACEHOLDER_PREFIX",
+    "PLAN_FILE_ENV",
+    "DryRunEstimate",
+    "Run",
+    "content_inputs",
+    "planned_per_image",
+    "start",
+]
+
+#: The rules whose jobs are per-image computations (rules/estimate.smk, science.smk).
+PER_IMAGE_RULES = ("estimate_image", "estimate_image_ceiling")
+#: How a profile marks a value its user must set (profiles/slurm): a run refuses it.
+PLACEHOLDER_PREFIX = "SET-"
+#: Where `multigeom-workflow progress` asks a dry run to write its plan (JSON).
+PLAN_FILE_ENV = "MULTIGEOM_PLAN_FILE"
+#: The Snakemake internals used here (Snakemake 9.19 to 9.x), each with its use;
+#: tests/test_snakemake_hooks.py checks that each still exists.
+INTERNALS = {
+    "workflow.parent_groupids": "shard groups counted as one name (register_groups)",
+    "workflow.resource_settings.overwrite_resources": "a profile's set-resources",
+    "workflow.scheduler.global_resources": "the gpu limit of a local run",
+    "workflow.dag.needrun_jobs": "the per-image jobs Snakemake will run",
+    "rule.resources": "the ceiling's rule shares estimate_image's set-resources",
+    "snakemake.logging.logger RUN_INFO record": "the moment the plan is built",
+}
+
+
+@dataclass
+class Run:
+    """
+    The parsed run as the rules see it.
+
+    Attributes
+    ----------
+    scenario : Scenario
+        The validated configuration.
+    shards : dict
+        ((encoder, area), index) -> group name, for remote executors (empty locally).
+    sharded : bool
+        The per-image jobs are grouped into shards (a remote executor).
+    n_shards : int
+        The number of shards (`num_shards`); 0 when not sharded.
+    runtime_min : int or None
+        A per-image job's SLURM time limit in minutes (None elsewhere).
+    slurm : tuple or None
+        The SLURM estimate (`slurm_estimate`) of a run for SLURM.
+    """
+
+    scenario: Scenario
+    shards: dict = field(default_factory=dict)
+    sharded: bool = False
+    n_shards: int = 0
+    runtime_min: int | None = None
+    slurm_run: bool = False
+
+    def shard_of(self, encoder: str, area: str, index: int) -> str:
+        """
+        The group (shard) of a per-image job. A job planned that was not missing when
+        the run was parsed (recomputed after a change of settings) goes to shard
+        ``index mod n_shards``, so that such jobs spread over the shards too.
+        """
+        key = ((encoder, area), int(index))
+        if key in self.shards:
+            return self.shards[key]
+        if not self.n_shards:
+            return SHARD_GROUP
+        width = max(2, len(str(self.n_shards - 1)))
+        return f"{SHARD_GROUP}-{int(index) % self.n_shards:0{width}d}"
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def check_installed_package(workflow) -> None:
+    """
+    A warning line when the `multigeom_workflow` package Python imports is not this
+    workflow's own (``src/`` beside the Snakefile): another checkout installed in the
+    environment would run its code with this workflow's rules.
+    """
+    here = os.path.realpath(os.path.join(workflow.basedir, "src"))
+    imported = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))
+    if not workflow.remote_exec and imported != here:
+        _say(
+            f"warning: the multigeom_workflow package imported is "
+            f"{imported}/multigeom_workflow, not this workflow's "
+            f"({here}/multigeom_workflow): run `pip install -e .` in "
+            f"{workflow.basedir} to use this checkout"
+        )
+
+
+def content_inputs(scenario: Scenario) -> list[str]:
+    """
+    The files the per-image results depend on, whose dates follow their content
+    (`multigeom_workflow.planning.content_dates`): every file under ``runs_dir`` but
+    the results (per-image files, metrics, ground truth), the configurations'
+    checkpoints wherever they are, the test images and TinyImageNet's archive.
+    """
+    runs = Path(scenario.runs_dir)
+    results = {"per_image", "per_image_ceiling", "metrics", "ground_truth"}
+    out = []
+    if runs.is_dir():
+        for root, dirs, files in os.walk(runs):
+            if Path(root) == runs:
+                dirs[:] = [d for d in dirs if d not in results]
+            out += [
+                os.path.join(root, f)
+                for f in files
+                if not f.startswith(".") and not f.endswith((".bad", ".part"))
+            ]
+    for c in scenario.configurations:
+        out += [c.encoder_ckpt, c.diffusion_ckpt]
+    images = list(scenario.test_image_files[: scenario.n_images])
+    out += images
+    if scenario.test_source == "tinyimagenet" and images:
+        from .settings.names import TINYIMAGENET_DIR
+
+        val = Path(images[0]).parents[2]  # <path>/tiny-imagenet-200/val/images/x
+        if val.name == TINYIMAGENET_DIR:
+            out.append(str(val.parent / f"{TINYIMAGENET_DIR}.zip"))
+    return sorted(set(out))
+
+
+def record_contents(scenario: Scenario):
+    """
+    Record the content of the run's inputs (`content_inputs`) in the registry, and
+    give unchanged ones their recorded dates (`keep_dates_of_unchanged_content`).
+
+    Returns
+    -------
+    multigeom_workflow.planning.content_dates.ContentDates
+    """
+    return keep_dates_of_unchanged_content(
+        content_inputs(scenario), Path(scenario.runs_dir) / REGISTRY_NAME
+    )
+
+
+def on_end(workflow, run: Run) -> None:
+    """
+    At the end of a real run (``onsuccess``, ``onerror``): the inputs it made
+    (checkpoints, the demo's data, test images) recorded with their content, so that
+    a later date change (``touch``, ``cp -r``) recomputes nothing.
+    """
+    if not workflow.remote_exec:
+        record_contents(run.scenario)
+
+
+def _repair_before_planning(scenario: Scenario) -> None:
+    """
+    Before Snakemake plans: dates of unchanged inputs kept (`content_inputs`), and
+    every per-image file changed behind the check's back (`changed_since_checked`)
+    checked now; a bad one is named and set aside, so that this run recomputes it.
+    """
+    for line in record_contents(scenario).lines():
+        _say(line)
+    checked = f"{scenario.runs_dir}/metrics/per_image_checked.tsv"
+    changed = changed_since_checked([f for f, *_ in run_files(scenario)], checked)
+    if changed:
+        bad = bad_per_image_files(scenario, only=changed)
+        set_aside(f for f, _ in bad)
+        refresh_checked(checked, set(changed) - {f for f, _ in bad})
+        for f, problem in bad:
+            _say(
+                f"warning: per-image file {f} {problem} (changed since it was "
+                "checked): set aside as <name>.bad, computed again in this run"
+            )
+
+
+def _export_run_settings(workflow, config: dict, scenario: Scenario) -> None:
+    """
+    What every per-image job of this run shares, resolved once and handed to them in
+    the environment (they inherit it; `RunSettings.to_env`). In a SLURM allocation (a
+    shard, profiles/slurm) every per-image job is a Snakemake process of its own: they
+    keep the allocation's first Snakemake as their run, so that one warm worker serves
+    the whole shard, with slot locks of the allocation's own (SLURM numbers every
+    allocation's GPUs from 0, and allocations may share a node).
+    """
+    slurm_job = os.environ.get("SLURM_JOB_ID", "")
+    if slurm_job and os.environ.get("MULTIGEOM_SLURM_JOB_ID") == slurm_job:
+        return  # a later Snakemake process of the same allocation
+    os.environ.update(
+        RunSettings(
+            run_id=str(os.getpid()),
+            device=scenario.device,
+            gpu_ids=visible_gpu_ids() if scenario.uses_gpu else [],
+            cpu_slots=int(workflow.resource_settings.cores or 1),
+            warm=scenario.warm_workers,
+            settings_files={
+                key: str(resolve_settings_file(str(config[key]), key, workflow.basedir))
+                for key in ("estimator", "diffusion")
+            },
+            seed=int(config["seed"]),
+            engine=scenario.engine,
+            precision=scenario.precision,
+        ).to_env(),
+        MULTIGEOM_SLURM_JOB_ID=slurm_job,
+    )
+    if slurm_job:
+        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{slurm_job}"))
+
+
+def _is_slurm_run(workflow) -> bool:
+    """A run for SLURM: profiles/slurm asks SLURM resources of the per-image jobs."""
+    settings = workflow.resource_settings
+    return not workflow.remote_exec and any(
+        name.startswith("slurm_")
+        for resources in (
+            settings.overwrite_resources.get("estimate_image", {}),
+            settings.default_resources or {},
+        )
+        for name in resources
+    )
+
+
+def _pending_at_parse(scenario: Scenario) -> list[tuple[tuple[str, str], int]]:
+    """The images with a per-image or ceiling file missing now (shard planning)."""
+    from .planning.plan import pending_images
+
+    return pending_images(scenario)
+
+
+def start(workflow, config: dict) -> Run:
+    """
+    Everything the workflow does when Snakemake parses it, in order: the package
+    check, the configuration (one ``config error:`` line and exit status 1 on a bad
+    value), its notices, the inputs' dates and the changed per-image files
+    (`_repair_before_planning`, not inside a remote job), the run settings handed to
+    the jobs, the shard groups of a remote executor, a SLURM run's time limit, and the
+    dry run's estimate (`DryRunEstimate`).
+
+    Returns
+    -------
+    Run
+
+    Raises
+    ------
+    SystemExit
+        With one ``config error: ...`` line, on a bad configuration.
+    """
+    check_installed_package(workflow)
+    remote = bool(workflow.remote_exec)
+    try:
+        scenario = validated_scenario(config, workflow.basedir, remote)
+    except ConfigError as err:
+        # Snakemake would wrap a raised error in a traceback of the rule files.
+        sys.exit(f"config error: {err}")
+    dryrun = workflow.output_settings.dryrun
+    if dryrun:
+        for problem in scenario.blockers:
+            _say(f"warning: {problem}")
+    for line in (scenario.gpu_fallback, *scenario.notes, scenario.stage5_skipped):
+        if line:
+            _say(line)
+    if not remote:
+        _repair_before_planning(scenario)
+    _export_run_settings(workflow, config, scenario)
+
+    run = Run(scenario=scenario)
+    # Groups matter only where Snakemake submits them: remote executors, which
+    # require --jobs (and the jobs they run remotely). Local runs ignore groups.
+    run.sharded = workflow.resource_settings.nodes is not None or remote
+    if run.sharded:
+        run.n_shards = num_shards(config["shards"], workflow.resource_settings.nodes)
+        run.shards = shard_groups(_pending_at_parse(scenario), run.n_shards)
+        register_groups(workflow, run)
+    run.slurm_run = _is_slurm_run(workflow)
+    if run.slurm_run:
+        spi, _ = slurm_seconds_per_image(
+            scenario, read_timings(scenario.per_image_files(), engine=scenario.engine)
+        )
+        run.runtime_min = slurm_runtime_minutes(spi)
+    if dryrun:
+        for line in profile_placeholders(workflow):
+            _say(f"warning: {line}")
+    if not remote:
+        DryRunEstimate(workflow, run).install()
+    return run
+
+
+def register_groups(workflow, run: Run) -> None:
+    """
+    Make every shard's group (``shard-00``, ``shard-01``, ...) count as the one group
+    name "shard", so that a profile's `group-components: [shard=N]` makes one
+    submission of up to N images of a shard: Snakemake keys --group-components by that
+    parent name, as for groups written with wildcards. This writes Snakemake's internal
+    `workflow.parent_groupids` (the mapping it fills for such groups).
+    """
+    width = max(2, len(str(max(run.n_shards, 1) - 1)))
+    for i in range(run.n_shards):
+        workflow.parent_groupids[f"{SHARD_GROUP}-{i:0{width}d}"] = SHARD_GROUP
+    for shard in set(run.shards.values()):
+        workflow.parent_groupids[shard] = SHARD_GROUP
+
+
+def estimate_resources(run: Run) -> dict:
+    """
+    The resources of a per-image job (rules estimate_image, estimate_image_ceiling),
+    in one place: `gpu`, 1 when it computes on this machine's GPU (remote profiles set
+    their own count); `runtime`, its time limit in minutes on SLURM; and for the Modal
+    executor plugin, the GPU and the budget of the config's `modal` section
+    (`modal_gpu`, `modal_max_cost_usd`: the plugin reads a job's own values before its
+    --modal-gpu and --modal-max-cost-usd), so that the dry run's estimate and the run
+    on Modal use one GPU type and one budget (the budget as a string: Snakemake rounds
+    a float resource to an integer).
+    """
+    s = run.scenario
+    return {
+        "gpu": 1 if s.uses_gpu else 0,
+        "runtime": run.runtime_min,
+        "modal_gpu": s.modal["gpu"],
+        "modal_max_cost_usd": str(float(s.modal["max_cost_usd"])),
+    }
+
+
+def share_resources(workflow, name: str) -> None:
+    """
+    Give the rule `name` (another per-image job's rule, estimate_image_ceiling) the
+    resources that a profile or the command line sets for estimate_image
+    (`set-resources`), except those set for `target` by name: a profile names the
+    per-image rule once.
+    """
+    from snakemake.resources import Resources
+
+    target = workflow.get_rule(name)
+    given = workflow.resource_settings.overwrite_resources
+    own = Resources(dict(given.get(target.name, {})))
+    shared = Resources(dict(given.get("estimate_image", {})))
+    target.resources.update(
+        Resources({name: r for name, r in shared.items() if name not in own})
+    )
+
+
+def profile_placeholders(workflow) -> list[str]:
+    """
+    One line per resource value that a profile (or --set-resources) left as the
+    profile's placeholder (``SET-...``, e.g. ``slurm_account=SET-your-account``): SLURM
+    would refuse such an allocation only once submitted, so the run refuses it first.
+    """
+    lines = []
+    for rule, resources in workflow.resource_settings.overwrite_resources.items():
+        for name, value in dict(resources).items():
+            value = str(getattr(value, "raw", value)).strip("'\"")  # as written
+            if value.startswith(PLACEHOLDER_PREFIX):
+                lines.append(
+                    f"profile entry set-resources {rule}:{name}={value} is the "
+                    "profile's placeholder: give your cluster's value in a copy of the "
+                    "profile or with --set-resources, or remove the entry "
+                    "(docs/slurm.md)"
+                )
+    return lines
+
+
+def planned_per_image(workflow) -> list[tuple[str, tuple[str, str], int]]:
+    """
+    The per-image jobs Snakemake will run, once its plan is built: (rule, (encoder,
+    area), index) for every job of `PER_IMAGE_RULES` among its jobs to run
+    (``workflow.dag.needrun_jobs()``), in (rule, configuration, index) order.
+    """
+    dag = getattr(workflow, "dag", None)
+    if dag is None:
+        return []
+    out = [
+        (
+            job.rule.name,
+            (job.wildcards.encoder, job.wildcards.area),
+            int(job.wildcards.index),
+        )
+        for job in dag.needrun_jobs()
+        if job.rule.name in PER_IMAGE_RULES
+    ]
+    return sorted(out, key=lambda j: (PER_IMAGE_RULES.index(j[0]), j[1], j[2]))
+
+
+def plan_counts(scenario: Scenario, planned) -> tuple[dict, dict, list]:
+    """
+    The plan as the estimate reads it: per configuration (first estimates not to be
+    computed, n_images) and (second estimates not to be computed, ceiling_images),
+    and the images to compute, ((encoder, area), index) in shard order.
+    """
+    left = {(c.encoder, c.area): [0, 0] for c in scenario.configurations}
+    images = {}
+    for rule, config, index in planned:
+        if config not in left:
+            continue
+        left[config][rule == PER_IMAGE_RULES[1]] += 1
+        images[(config, index)] = None
+    done = {k: (scenario.n_images - n, scenario.n_images) for k, (n, _) in left.items()}
+    ceiling = {
+        k: (scenario.ceiling_images - m, scenario.ceiling_images)
+        for k, (_, m) in left.items()
+    }
+    order = {(c.encoder, c.area): i for i, c in enumerate(scenario.configurations)}
+    pending = sorted(images, key=lambda ci: (order[ci[0]], ci[1]))
+    return done, ceiling, pending
+
+
+def _resources_given(workflow) -> dict:
+    settings = workflow.resource_settings
+    return {
+        name: getattr(value, "value", value)
+        for name, value in dict(settings.resources).items()
+        if not name.startswith("_")
+    }
+
+
+def estimates_of_plan(workflow, run: Run, planned):
+    """The local and Modal estimates (`run_estimates`) of the planned jobs."""
+    done, ceiling, pending = plan_counts(run.scenario, planned)
+    settings = workflow.resource_settings
+    from .planning.plan import add_progress
+
+    local, modal, why = run_estimates(
+        run.scenario,
+        add_progress(done, ceiling),
+        settings.cores,
+        settings.nodes,
+        _resources_given(workflow),
+        pending=pending,
+    )
+    return done, ceiling, pending, local, modal, why
+
+
+def estimate_text(workflow, run: Run, planned) -> list[str]:
+    """The lines a dry run prints: the estimate of the plan, and SLURM's."""
+    done, ceiling, pending, local, modal, why = estimates_of_plan(
+        workflow, run, planned
+    )
+    lines = estimate_lines(run.scenario, done, ceiling, local, modal, why)
+    if run.slurm_run:
+        timings = read_timings(
+            run.scenario.per_image_files(), engine=run.scenario.engine
+        )
+        lines += slurm_lines(
+            *slurm_estimate(
+                run.scenario, timings, workflow.resource_settings.nodes, pending
+            )
+        )
+    return lines
+
+
+def write_plan_file(path: str, run: Run, planned) -> None:
+    """The plan as `multigeom-workflow progress` reads it (JSON, `PLAN_FILE_ENV`)."""
+    done, ceiling, _ = plan_counts(run.scenario, planned)
+    Path(path).write_text(
+        json.dumps(
+            {
+                "per_image": [[*k, *v] for k, v in done.items()],
+                "ceiling": [[*k, *v] for k, v in ceiling.items()],
+            }
+        )
+    )
+
+
+class DryRunEstimate(logging.Handler):
+    """
+    Prints the estimate of Snakemake's plan once it is built: a handler of
+    Snakemake's logger that waits for its job statistics (the ``RUN_INFO`` record
+    logged after the plan is built, before the job list, in a dry run and in a real
+    run) or for its "Nothing to be done" line. In a real run it hands the planned
+    per-image files to the live view; the budget check runs at ``onstart``.
+    """
+
+    def __init__(self, workflow, run: Run):
+        super().__init__(level=logging.INFO)
+        self.workflow, self.run, self.done = workflow, run, False
+
+    def install(self) -> None:
+        """Attach to Snakemake's logger (``snakemake.logging.logger``)."""
+        from snakemake.logging import logger
+
+        logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """On the plan's statistics (or nothing to do): the estimate, once."""
+        from snakemake.common import NOTHING_TO_BE_DONE_MSG
+        from snakemake_interface_logger_plugins.common import LogEvent
+
+        if self.done:
+            return
+        event = getattr(record, "event", None)
+        nothing = record.getMessage() == NOTHING_TO_BE_DONE_MSG
+        if event != LogEvent.RUN_INFO and not nothing:
+            return
+        self.done = True
+        try:
+            planned = [] if nothing else planned_per_image(self.workflow)
+            if os.environ.get(PLAN_FILE_ENV):
+                write_plan_file(os.environ[PLAN_FILE_ENV], self.run, planned)
+            if self.workflow.output_settings.dryrun:
+                _say("\n".join(estimate_text(self.workflow, self.run, planned)))
+            else:
+                set_plan(_planned_files(self.run.scenario, planned))
+        except Exception as err:  # never let the estimate stop Snakemake
+            _say(f"warning: the estimate failed: {type(err).__name__}: {err}")
+
+
+def _planned_files(scenario: Scenario, planned) -> dict[str, list[str]]:
+    out = {f"{c.encoder}/{c.area}": [] for c in scenario.configurations}
+    for rule, (encoder, area), index in planned:
+        path = (
+            scenario.per_image_file
+            if rule == PER_IMAGE_RULES[0]
+            else scenario.ceiling_file
+        )
+        out.setdefault(f"{encoder}/{area}", []).append(path(encoder, area, index))
+    return out
+
+
+def on_start(workflow, run: Run) -> None:
+    """
+    At the start of a real run (``onstart``), once Snakemake holds the working
+    directory and its plan: remove what killed runs left (ended runs' sockets and
+    CPU shares, temporary folders beside per-image files); on this machine's GPUs,
+    start no more per-image jobs than there are GPUs (the `gpu` resource, unless
+    --resources gpu=N gave it); then `check_before_first_job`.
+    """
+    s = run.scenario
+    clean_after_killed_runs(
+        folder
+        for c in s.configurations
+        for folder in (
+            os.path.dirname(s.per_image_file(c.encoder, c.area, 0)),
+            os.path.dirname(s.ceiling_file(c.encoder, c.area, 0)),
+        )
+    )
+    given = dict(workflow.resource_settings.resources)
+    scheduler = getattr(workflow, "scheduler", None)
+    if workflow.local_exec and s.uses_gpu and "gpu" not in given and scheduler:
+        # device cuda:N: every job computes on GPU N
+        n_gpus = 1 if ":" in s.device else max(len(visible_gpu_ids()), 1)
+        workflow.scheduler.global_resources["gpu"] = n_gpus
+        workflow.scheduler.resources["gpu"] = n_gpus
+    check_before_first_job(workflow, run)
+
+
+def check_before_first_job(workflow, run: Run) -> None:
+    """
+    At the start of a real run, where the executor is known: local runs need
+    torchvision's weights (`Scenario.blockers`); on Modal the container image holds
+    them, a folder of test images cannot be listed there, and the per-image jobs of
+    Snakemake's plan must fit the budget (``modal.max_cost_usd``) at the config's
+    ``modal.gpu``; a local run with ``device: cuda`` (or ``cuda:N``) asked for on a
+    machine without GPU is refused (``auto`` falls back to the CPU with a notice). A
+    profile's placeholder (`profile_placeholders`) stops any run.
+
+    Raises
+    ------
+    SystemExit
+        With one ``config error:`` line (or the budget's line).
+    """
+    s = run.scenario
+    for line in profile_placeholders(workflow):
+        sys.exit(f"config error: {line}")
+    name = getattr(workflow.executor_plugin, "name", None)
+    if name != "modal":
+        for problem in s.blockers:
+            sys.exit(f"config error: {problem}")
+    if name == "local" and s.gpu_fallback and s.device_asked != "auto":
+        sys.exit(
+            f"config error: config key 'device' = {s.device_asked!r}: this "
+            "machine shows no GPU and a local run computes here; allowed for a local "
+            "run: auto or cpu (with the Modal or SLURM profile the jobs run on their "
+            "GPUs)"
+        )
+    if name == "modal":
+        if s.test_source == "folder":
+            sys.exit(
+                "config error: config key 'test_images.source' = 'folder': not "
+                "supported on Modal (a container holds only its shard's images, so "
+                "the folder's order cannot be read there); use tinyimagenet or demo, "
+                "or run locally"
+            )
+        modal = estimates_of_plan(workflow, run, planned_per_image(workflow))[4]
+        problem = budget_problem(modal, s.modal["max_cost_usd"])
+        if problem:
+            sys.exit(problem)
