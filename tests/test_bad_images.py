@@ -156,3 +156,33 @@ def test_unreadable_image_stops_snakemake_before_any_job(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "p1.png" in lines[0], result.stderr
     assert lines[0].startswith("config error: config key 'test_images.path'")
+
+
+def test_resized_and_squeezed_images_are_named(tmp_path):
+    from multigeom_workflow.inputs.images import resize_notice
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    write_png(folder / "p0.png", 10)  # 64 x 64: nothing to say
+    Image.fromarray(np.zeros((100, 300), np.uint8)).save(folder / "p1.png")
+    Image.fromarray(np.zeros((32, 32), np.uint8)).save(folder / "p2.png")
+    files = sorted(folder.iterdir())
+    assert resize_notice(files[:1]) is None
+    line = resize_notice(files)
+    assert line.startswith("notice: 2 test image(s) are not 64 x 64")
+    assert "1 of them not square" in line
+    assert f"first: {folder / 'p1.png'}, 300 x 100" in line
+
+
+def test_the_resize_notice_is_said_once_by_a_dry_run(tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    write_png(folder / "p0.png", 10)
+    Image.fromarray(np.zeros((100, 300), np.uint8)).save(folder / "p1.png")
+    configfile = tmp_path / "c.yaml"
+    configfile.write_text(yaml.safe_dump(folder_config(folder)))
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_snakemake(work, "-n", configfile=configfile)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr.count("notice: 1 test image(s) are not 64 x 64") == 1

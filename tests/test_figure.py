@@ -102,3 +102,25 @@ def test_title_says_how_the_draws_were_seeded(metrics, seeds, words):
     title = plot_fig4de(metrics, seeds=seeds)._suptitle.get_text()
     assert title.splitlines()[1].startswith(f"Monte-Carlo {words}")
     assert "\n" not in plot_fig4de(metrics)._suptitle.get_text()
+
+
+def test_the_figure_is_drawn_whatever_mplbackend_says(tmp_path):
+    """A backend name this matplotlib does not know (a notebook kernel's, say)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from multigeom_workflow.results.figure import pyplot_agg\n"
+        "plt = pyplot_agg()\n"
+        "fig = plt.figure(); fig.savefig('f.png'); print(plt.get_backend())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "MPLBACKEND": "no-such-backend"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().lower() == "agg"
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"

@@ -28,6 +28,7 @@ from pathlib import Path
 from .compute.gpus import lock_dir, visible_gpu_ids
 from .compute.request import RunSettings
 from .compute.workers import clean_after_killed_runs
+from .inputs.images import resize_notice
 from .planning.content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
 from .planning.cost import budget_problem, read_timings
 from .planning.live_view import set_plan
@@ -303,7 +304,17 @@ def start(workflow, config: dict) -> Run:
     if dryrun:
         for problem in scenario.blockers:
             _say(f"warning: {problem}")
-    for line in (scenario.gpu_fallback, *scenario.notes, scenario.stage5_skipped):
+    resized = (
+        resize_notice(scenario.test_image_files[: scenario.n_images])
+        if scenario.test_source == "folder" and not remote
+        else None  # TinyImageNet's and the demo's images are 64 x 64
+    )
+    for line in (
+        scenario.gpu_fallback,
+        *scenario.notes,
+        scenario.stage5_skipped,
+        resized,
+    ):
         if line:
             _say(line)
     if not remote:

@@ -29,6 +29,8 @@ from pathlib import Path
 from ..settings.names import TINYIMAGENET_DIR
 
 __all__ = [
+    "IMAGE_SIDE",
+    "resize_notice",
     "DEMO_TEST_PHOTOS",
     "DEMO_TRAIN_PHOTOS",
     "ALPHA_BACKGROUND",
@@ -242,6 +244,43 @@ def check_test_image(path: str | Path) -> str | None:
     except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, ...
         return f"cannot be read as an image ({type(err).__name__}: {err})"
     return None
+
+
+#: The side of the images the encoders and diffusion models take (pixels).
+IMAGE_SIDE = 64
+
+
+def resize_notice(files) -> str | None:
+    """
+    One line naming how many test images are not 64 x 64 (upstream's
+    ``Resize((64, 64))`` in `multigeom.datasets.CANONICAL_TRANSFORM` scales them, and
+    squeezes one that is not square) and the first of them, or None. Sizes as
+    displayed (EXIF orientations 5 to 8 turn the image a quarter); PIL reads only the
+    files' headers.
+    """
+    from PIL import Image
+
+    odd = []
+    for f in files:
+        try:
+            with Image.open(f) as img:
+                w, h = img.size
+                if img.getexif().get(0x0112, 1) in (5, 6, 7, 8):
+                    w, h = h, w
+        except Exception:  # unreadable: the scenario's check names it
+            continue
+        if (w, h) != (IMAGE_SIDE, IMAGE_SIDE):
+            odd.append((str(f), w, h))
+    if not odd:
+        return None
+    squeezed = sum(w != h for _, w, h in odd)
+    first, w, h = odd[0]
+    return (
+        f"notice: {len(odd)} test image(s) are not {IMAGE_SIDE} x {IMAGE_SIDE} and are "
+        f"resized to it as upstream does ({squeezed} of them not square, so squeezed; "
+        f"first: {first}, {w} x {h}); crop them square first to keep their proportions "
+        "(docs/configuration.md)"
+    )
 
 
 def load_test_image(path: str | Path):

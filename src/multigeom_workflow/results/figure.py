@@ -16,6 +16,7 @@ the structure of mutual information in neural populations. arXiv 2605.06304, Fig
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ __all__ = [
     "comparison_kind",
     "plot_fig4de",
     "plot_ground_truth",
+    "pyplot_agg",
     "save_figure",
 ]
 
@@ -39,6 +41,22 @@ PANELS = (
 )
 LINESTYLES = {"cross-model": "-", "cross-area": "--"}
 
+
+
+def pyplot_agg():
+    """
+    The pyplot of matplotlib on its Agg backend (files only, no screen), whatever the
+    user's ``MPLBACKEND`` says: a notebook's kernel or a desktop may set a backend
+    that this environment lacks, and matplotlib's import fails on an unknown name.
+    The figure rules run in processes of their own, so the variable is set here.
+    """
+    os.environ["MPLBACKEND"] = "Agg"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 def comparison_kind(pair: dict) -> str | None:
     """
@@ -109,10 +127,7 @@ def plot_fig4de(
     ValueError
         If no pair is a cross-model or cross-area comparison.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot_agg()
 
     pairs = [p for p in metrics["pairs"].values() if comparison_kind(p) is not None]
     if not pairs:
@@ -200,10 +215,7 @@ def plot_ground_truth(truth: dict, n_pixels: int = N_PIXELS):
     ValueError
         If `truth` holds no configuration.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot_agg()
 
     configs = sorted(truth["configurations"])
     if not configs:
