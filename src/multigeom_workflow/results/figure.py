@@ -42,7 +42,6 @@ PANELS = (
 LINESTYLES = {"cross-model": "-", "cross-area": "--"}
 
 
-
 def pyplot_agg():
     """
     The pyplot of matplotlib on its Agg backend (files only, no screen), whatever the
@@ -57,6 +56,7 @@ def pyplot_agg():
     import matplotlib.pyplot as plt
 
     return plt
+
 
 def comparison_kind(pair: dict) -> str | None:
     """
