@@ -33,10 +33,11 @@ def test_progress_counts_per_configuration(tiny_copy):
         "smallcnn/complex              2 / 2",
         "onoff/simple                  2 / 2",
         "smallcnn/simple               1 / 2",
-        "all                           7 / 8",
+        "noise ceiling                 4 / 4",
+        "all                          11 / 12",
     ]
     more = cli(tiny_copy, "progress", "--config", "n_images=5")
-    assert more.stdout.splitlines()[-1] == "all                           7 / 20"
+    assert more.stdout.splitlines()[-1] == "all                          11 / 24"
 
 
 def test_clear_deletes_exactly_the_chosen_files(tiny_copy):
@@ -45,7 +46,10 @@ def test_clear_deletes_exactly_the_chosen_files(tiny_copy):
         tiny_copy, "clear", "--configs", "onoff/simple", "--n-images", "1", "--list"
     )
     assert listed.returncode == 0
-    assert listed.stdout.splitlines() == ["runs/per_image/onoff/simple/img0000.pt"]
+    assert listed.stdout.splitlines() == [
+        "runs/per_image/onoff/simple/img0000.pt",
+        "runs/per_image_ceiling/onoff/simple/img0000.pt",  # its second estimate
+    ]
     assert snapshot(tiny_copy) == before  # listing deletes nothing
 
     result = cli(
@@ -65,9 +69,11 @@ def test_clear_deletes_exactly_the_chosen_files(tiny_copy):
         in (
             "runs/per_image/onoff/simple/img0000.pt",
             "runs/per_image/smallcnn/complex/img0000.pt",
+            "runs/per_image_ceiling/onoff/simple/img0000.pt",
+            "runs/per_image_ceiling/smallcnn/complex/img0000.pt",
         )
     }
-    assert len(gone) == 2
+    assert len(gone) == 4
     after = snapshot(tiny_copy)
     assert set(before) - set(after) == gone
     assert all(after[p] == before[p] for p in after)  # the rest untouched

@@ -151,7 +151,8 @@ def test_progress_counts_good_files_and_verify_lists_bad_ones(tiny_copy):
     progress = cli(tiny_copy, "progress")
     assert progress.returncode == 3
     assert progress.stdout.splitlines()[0] == "onoff/complex                 1 / 2"
-    assert progress.stdout.splitlines()[-1] == "all                           6 / 8"
+    assert progress.stdout.splitlines()[-2] == "noise ceiling                 4 / 4"
+    assert progress.stdout.splitlines()[-1] == "all                          10 / 12"
     assert "2 per-image file(s) are bad" in progress.stderr
     verify = cli(tiny_copy, "verify")
     assert verify.returncode == 1
@@ -165,7 +166,9 @@ def test_progress_counts_good_files_and_verify_lists_bad_ones(tiny_copy):
     assert not (tiny_copy / F.format("onoff", "complex", 0)).exists()
     again = cli(tiny_copy, "verify")
     assert again.returncode == 0, again.stdout
-    assert again.stderr.strip() == "0 bad of 6 per-image file(s)"
+    assert again.stderr.strip() == (
+        "0 bad of 10 per-image file(s) (noise ceiling's included)"
+    )
 
 
 def test_bad_file_stops_before_stage5_keeps_metrics_and_is_recomputed(tiny_copy):

@@ -323,8 +323,12 @@ def start(workflow, config: dict) -> Run:
 
     run = Run(scenario=scenario)
     # Groups matter only where Snakemake submits them: remote executors, which
-    # require --jobs (and the jobs they run remotely). Local runs ignore groups.
-    run.sharded = workflow.resource_settings.nodes is not None or remote
+    # require --jobs (and the jobs they run remotely). Local runs ignore groups, and
+    # a dry run submits nothing (its estimate makes the shards of the plan itself):
+    # grouping 40,000 jobs costs Snakemake minutes.
+    run.sharded = remote or (
+        workflow.resource_settings.nodes is not None and not dryrun
+    )
     if run.sharded:
         run.n_shards = num_shards(config["shards"], workflow.resource_settings.nodes)
         run.shards = shard_groups(_pending_at_parse(scenario), run.n_shards)
