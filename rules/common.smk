@@ -109,11 +109,6 @@ def get_checked_files(wildcards=None):
     return [*SCENARIO.per_image_files(), *SCENARIO.ceiling_files()]
 
 
-def get_fit_report(c):
-    """The fit report of a demo configuration's encoder, beside its checkpoint."""
-    return f"{RUNS}/encoders/{c.encoder}/{c.area}/fit_report.json"
-
-
 def get_ceiling_files(kind):
     """The run's first estimates (`first`) or the second ones (`second`) compared."""
     path = SCENARIO.per_image_file if kind == "first" else SCENARIO.ceiling_file

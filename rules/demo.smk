@@ -2,28 +2,15 @@
 # diffusion models, all made offline and deterministically, in upstream's run layout.
 # Built once; a second run finds them and skips them.
 
-import json
-
-from multigeom_workflow.inputs.demo import encoder_warnings
 from multigeom_workflow.settings.names import DEMO_AREAS, DEMO_ENCODERS
 from multigeom_workflow.inputs.images import DEMO_TEST_PHOTOS
 
 # The figures whose lines a poor encoder empties of meaning, named in its warning.
 SCIENCE_FIGURES = f"{RESULTS}/fig4de.png and {RESULTS}/ground_truth.png"
 
-
-# At the start of every run: one line per configuration whose encoder, already fitted,
+# At the start of every run, one line per configuration whose encoder, already fitted,
 # is too poor to inform the estimator (a fit in this run prints it when it ends).
-for _c in SCENARIO.configurations:
-    if _c.is_demo and os.path.exists(get_fit_report(_c)):
-        with open(get_fit_report(_c)) as _f:
-            for _line in encoder_warnings(
-                f"{_c.encoder}/{_c.area}",
-                json.load(_f),
-                DEMO["min_val_corr"],
-                SCIENCE_FIGURES,
-            ):
-                print(_line, file=sys.stderr)
+hooks.say_encoder_warnings(RUN, DEMO["min_val_corr"], SCIENCE_FIGURES)
 
 
 rule export_demo_photos:

@@ -347,6 +347,26 @@ def start(workflow, config: dict) -> Run:
     return run
 
 
+def say_encoder_warnings(run: Run, min_val_corr: float, figures: str) -> None:
+    """
+    One line per demo configuration whose encoder, already fitted, is too poor to
+    inform the estimator (its fit report beside the checkpoint;
+    `multigeom_workflow.inputs.demo.encoder_warnings`), naming `figures`.
+    """
+    from .inputs.demo import encoder_warnings
+
+    for c in run.scenario.configurations:
+        report = Path(c.encoder_ckpt).with_name("fit_report.json")
+        if c.is_demo and report.is_file():
+            for line in encoder_warnings(
+                f"{c.encoder}/{c.area}",
+                json.loads(report.read_text()),
+                min_val_corr,
+                figures,
+            ):
+                _say(line)
+
+
 def register_groups(workflow, run: Run) -> None:
     """
     Make every shard's group (``shard-00``, ``shard-01``, ...) count as the one group
