@@ -1,9 +1,9 @@
 """
 How long `snakemake -n` takes to plan a paper-sized scenario (4 configurations x 200
-images) and a large one (4 x 10,000), estimate included, each beside a bare Snakefile
-with the same number of trivial jobs (Snakemake's own floor; no input functions),
-timed in the same run. Goal: at most 1.5 x the bare figure at 10,000 images per
-configuration.
+images) and a large one (4 x 10,000), estimate included, with each profile (local-gpu,
+modal, slurm), each beside a bare Snakefile with the same number of trivial jobs
+(Snakemake's own floor; no input functions), timed in the same run. Goal: at most
+1.5 x the bare figure at 10,000 images per configuration, with every profile.
 
 The scenario: inception and resnet50 fitted to V1 and V4, with checkpoint files of
 their own (empty stand-ins: a dry run does not read them), a folder of 10,000 test image
@@ -11,6 +11,7 @@ files (empty too) and torchvision's weight files in a private TORCH_HOME. Nothin
 computed; the job list goes to /dev/null.
 
 Usage: python benchmarks/dryrun_speed.py [--images 200 10000] [--repeat 3]
+                                        [--profiles local-gpu modal slurm]
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     p.add_argument("--images", type=int, nargs="+", default=[200, 10_000])
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--profiles", nargs="+", default=["local-gpu", "modal", "slurm"])
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -103,37 +105,32 @@ def main(argv=None):
         work.mkdir()
         for n in args.images:
             config = scenario(root, n, max(args.images))
-            cmd = [
-                sys.executable,
-                "-m",
-                "snakemake",
-                "-n",
-                "-s",
-                str(REPO / "Snakefile"),
-                "--directory",
-                str(work),
-                "--configfile",
-                str(config),
-                "--resources",
-                "gpu=8",
-            ]
-            times = timed(cmd, env, args.repeat)
             bare_dir = root / f"bare-{n}"
-            bare_dir.mkdir()
+            bare_dir.mkdir(exist_ok=True)
             (bare_dir / "Snakefile").write_text(BARE.format(n=n))
             bare = [sys.executable, "-m", "snakemake", "-n", "--directory"]
             bare += [str(bare_dir), "-s", str(bare_dir / "Snakefile")]
-            bare_times = timed([*bare, "--resources", "gpu=8"], env, args.repeat)
-            best, bare_best = min(times), min(bare_times)
-            cpu, bare_cpu = min(c for _, c in times), min(c for _, c in bare_times)
-            print(
-                f"snakemake -n, 4 configurations x {n:,} images: {best[0]:.1f} s "
-                f"wall-clock, {cpu:.1f} s CPU (best of {args.repeat}); bare Snakefile "
-                f"with {4 * n + 1:,} trivial jobs: {bare_best[0]:.1f} s, "
-                f"{bare_cpu:.1f} s CPU; ratio {best[0] / bare_best[0]:.2f} wall-clock, "
-                f"{cpu / bare_cpu:.2f} CPU",
-                flush=True,
-            )
+            for profile in args.profiles:
+                cmd = [sys.executable, "-m", "snakemake", "-n"]
+                cmd += ["-s", str(REPO / "Snakefile"), "--directory", str(work)]
+                cmd += ["--configfile", str(config)]
+                cmd += ["--profile", str(REPO / "profiles" / profile)]
+                # side by side: the workflow's run, then the bare Snakefile's
+                times, bare_times = [], []
+                for _ in range(args.repeat):
+                    times += timed(cmd, env, 1)
+                    bare_times += timed([*bare, "--cores", "2"], env, 1)
+                best, bare_best = min(times), min(bare_times)
+                cpu, bare_cpu = min(c for _, c in times), min(c for _, c in bare_times)
+                print(
+                    f"snakemake -n --profile {profile}, 4 configurations x {n:,} "
+                    f"images: {best[0]:.1f} s wall-clock, {cpu:.1f} s CPU (best of "
+                    f"{args.repeat}); bare Snakefile with {4 * n + 1:,} trivial jobs: "
+                    f"{bare_best[0]:.1f} s, {bare_cpu:.1f} s CPU; ratio "
+                    f"{best[0] / bare_best[0]:.2f} wall-clock, "
+                    f"{cpu / bare_cpu:.2f} CPU",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":
