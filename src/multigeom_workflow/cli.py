@@ -31,6 +31,7 @@ from .planning.plan import progress
 from .results.verify import bad_per_image_files, set_aside
 from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import CHECKOUT_DIR
+from .settings.layout import parse_image_file
 from .settings.load import load_config
 
 __all__ = ["install_profiles", "load_config", "locked", "main"]
@@ -102,7 +103,7 @@ def cmd_progress(scenario: Scenario, args) -> int:
         done = progress(scenario)
         bad = bad_per_image_files(scenario)
         for f, _ in bad:  # present but bad: not done
-            enc, area = Path(f).parent.parent.name, Path(f).parent.name
+            enc, area, _ = parse_image_file(f)
             n, total = done[(enc, area)]
             done[(enc, area)] = (n - 1, total)
         if bad:

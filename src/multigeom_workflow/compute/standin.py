@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..settings.layout import RunLayout
 from .request import EstimateRequest
 
 __all__ = [
@@ -157,8 +158,9 @@ def simulated_configurations(n_configs: int) -> list[tuple[str, str]]:
 
 def simulated_targets(n_configs: int, n_images: int) -> list[str]:
     """The per-image files of `simulated_scenario` (default runs folder)."""
+    layout = RunLayout()
     return [
-        f"runs/per_image/{encoder}/{area}/img{i:04d}.pt"
+        layout.per_image_file(encoder, area, i)
         for encoder, area in simulated_configurations(n_configs)
         for i in range(n_images)
     ]

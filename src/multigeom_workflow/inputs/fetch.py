@@ -24,6 +24,7 @@ from http.client import HTTPException
 from pathlib import Path
 
 from ..files import atomic_path
+from ..settings.layout import checkpoint_relpath
 
 __all__ = [
     "BACKBONE_WEIGHTS",
@@ -63,7 +64,6 @@ BACKBONE_WEIGHTS = {
         "torchvision.models.resnet50(weights='IMAGENET1K_V2')\"",
     ),
 }
-CHECKPOINT_NAMES = {"encoders": "best_model.pt", "diffusion": "final_model.pt"}
 
 
 def hub_filename(kind: str, encoder: str, area: str) -> str:
@@ -72,7 +72,7 @@ def hub_filename(kind: str, encoder: str, area: str) -> str:
     ``encoders/inception/V1/best_model.pt`` (kind ``encoders``) or
     ``diffusion/inception/V1/final_model.pt`` (kind ``diffusion``).
     """
-    return f"{kind}/{encoder}/{area}/{CHECKPOINT_NAMES[kind]}"
+    return checkpoint_relpath(kind, encoder, area)
 
 
 def fetch_checkpoint(

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..files import atomic_path
+from ..settings.layout import parse_image_file, parse_truth_file
 from ..settings.seeds import CEILING_SEED_OFFSET
 
 __all__ = [
@@ -44,9 +45,9 @@ def _load(files: Iterable[str | Path]) -> dict[tuple[str, str], dict[int, dict]]
 
     out: dict[tuple[str, str], dict[int, dict]] = {}
     for f in map(Path, files):
+        encoder, area, index = parse_image_file(f)
         data = torch.load(f, map_location="cpu", weights_only=False)
-        key = (f.parent.parent.name, f.parent.name)
-        out.setdefault(key, {})[int(f.stem.removeprefix("img"))] = data
+        out.setdefault((encoder, area), {})[index] = data
     return out
 
 
@@ -128,8 +129,9 @@ def truth_alignment(
 
     truths: dict[str, dict[int, dict]] = {}
     for f in map(Path, truth):
+        area, index = parse_truth_file(f)
         data = torch.load(f, map_location="cpu", weights_only=False)
-        truths.setdefault(f.parent.name, {})[int(f.stem.removeprefix("img"))] = data
+        truths.setdefault(area, {})[index] = data
     result = {"configurations": {}}
     for (encoder, area), images in sorted(_load(per_image).items()):
         if area not in truths:

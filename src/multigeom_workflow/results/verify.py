@@ -26,6 +26,9 @@ from pathlib import Path
 
 import yaml
 
+from ..settings.layout import parse_image_file
+from ..settings.names import N_PIXELS
+
 __all__ = [
     "PER_IMAGE_KEYS",
     "Expected",
@@ -54,8 +57,6 @@ PER_IMAGE_KEYS = (
 #: Settings keys that choose how, not what, is computed (issue: a faster engine or
 #: another precision gives the same estimator): not compared.
 IGNORED_SETTINGS = ("engine", "precision")
-#: Pixels of an image: eigenvectors have this many entries.
-N_PIXELS = 64 * 64
 
 
 @dataclass(frozen=True)
@@ -300,14 +301,14 @@ def verify_for_stage5(
 
     rows, bad = [], []
     for f in map(Path, per_image_files):
-        index = int(f.stem.removeprefix("img"))
+        key = parse_image_file(f)
         problem = check_per_image_file(
             f,
-            encoder=f.parent.parent.name,
-            area=f.parent.name,
-            index=index,
+            encoder=key.encoder,
+            area=key.area,
+            index=key.index,
             expected=expected,
-            image_file=image_files[index],
+            image_file=image_files[key.index],
         )
         if problem:
             print(f"bad per-image file {f}: {problem}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .files import setting, timestep_grid
+from .layout import RunLayout
 from .names import MAX_SEED, N_PIXELS
 from .seeds import CEILING_SEED_OFFSET, overlapping_seeds, seed_ranges
 
@@ -133,8 +134,9 @@ def check_writable(config: dict, runs_dir: str, configurations=()):
         path = Path(value)
         below = []
         if key == "runs_dir":
+            layout = RunLayout(value)
             below = [path / "per_image", path / "metrics"] + [
-                path / "per_image" / c.encoder / c.area for c in configurations
+                Path(layout.per_image_folder(c.encoder, c.area)) for c in configurations
             ]
         while not path.exists() and path != path.parent:
             path = path.parent
