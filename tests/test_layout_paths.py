@@ -138,3 +138,44 @@ def test_scenario_paths_come_from_its_layout(tmp_path, monkeypatch):
     assert [parse_image_file(f)[:2] for f in s.per_image_files(c)] == [
         (c.encoder, c.area)
     ] * s.n_images
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "kind"),
+    [
+        (("inception", "V1"), ("resnet50", "V1"), "cross-model"),
+        (("inception", "V1"), ("inception", "V4"), "cross-area"),
+        (("inception", "V1"), ("resnet50", "V4"), None),
+        (("inception", "V1"), ("inception", "V1"), None),
+    ],
+)
+def test_pair_kinds_agree_in_the_scenario_and_the_figure(a, b, kind):
+    """One definition: Scenario.comparable_pairs and the figure's comparison_kind."""
+    from multigeom_workflow.results.figure import comparison_kind
+    from multigeom_workflow.scenario import Configuration, Scenario
+    from multigeom_workflow.settings.pairs import pair_kind
+
+    assert pair_kind(a, b) == pair_kind(b, a) == kind
+    metrics_pair = {
+        "config_A": {"encoder": a[0], "area": a[1]},
+        "config_B": {"encoder": b[0], "area": b[1]},
+    }
+    assert comparison_kind(metrics_pair) == kind
+    configs = tuple(Configuration(*c, "e.pt", "d.pt") for c in (a, b))
+    scenario = Scenario(
+        configurations=configs,
+        n_images=1,
+        runs_dir="runs",
+        seed=0,
+        top_k=1,
+        device="cpu",
+        estimator={},
+        estimator_file=Path("e.yaml"),
+        diffusion={},
+        diffusion_file=Path("d.yaml"),
+        test_source="demo",
+        test_image_files=("x.png",),
+        modal={},
+    )
+    assert scenario.comparable_pairs == ([configs] if kind else [])
+    assert (scenario.stage5_skipped is None) == (kind is not None)

@@ -31,6 +31,7 @@ from .settings.errors import ConfigError, schema_error_line
 from .settings.files import load_settings_yaml, resolve_settings_file
 from .settings.layout import RunLayout
 from .settings.names import DEMO_AREAS, DEMO_ENCODERS, PAPER_ENCODERS, TINYIMAGENET_DIR
+from .settings.pairs import pair_kind
 
 __all__ = [
     "ConfigError",
@@ -174,14 +175,14 @@ class Scenario:
         """
         The pairs of configurations that Fig. 4D-E compares: cross-model (two encoders,
         same area) and cross-area (same encoder, two areas), as
-        `multigeom_workflow.results.figure.comparison_kind` classifies them.
+        `multigeom_workflow.settings.pairs.pair_kind` classifies them.
         """
         cs = self.configurations
         return [
             (a, b)
             for i, a in enumerate(cs)
             for b in cs[i + 1 :]
-            if (a.area == b.area) != (a.encoder == b.encoder)
+            if pair_kind((a.encoder, a.area), (b.encoder, b.area)) is not None
         ]
 
     @property

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..files import atomic_path
 from ..settings.names import N_PIXELS
+from ..settings.pairs import PAIR_KINDS, pair_kind
 
 __all__ = [
     "PANELS",
@@ -37,20 +38,17 @@ PANELS = (
     ("G", "D  multi-scale Fisher metric G(x)"),
     ("J", "E  Fisher information J(x)"),
 )
-LINESTYLES = {"cross-model": "-", "cross-area": "--"}
+LINESTYLES = dict(zip(PAIR_KINDS, ("-", "--"), strict=True))
 
 
 def comparison_kind(pair: dict) -> str | None:
     """
     ``"cross-model"`` (same area, two encoders), ``"cross-area"`` (same encoder, two
-    areas), or None (both differ) for a pair of Stage 5's metrics.
+    areas), or None (both differ) for a pair of Stage 5's metrics
+    (`multigeom_workflow.settings.pairs.pair_kind`).
     """
     a, b = pair["config_A"], pair["config_B"]
-    if a["area"] == b["area"] and a["encoder"] != b["encoder"]:
-        return "cross-model"
-    if a["encoder"] == b["encoder"] and a["area"] != b["area"]:
-        return "cross-area"
-    return None
+    return pair_kind((a["encoder"], a["area"]), (b["encoder"], b["area"]))
 
 
 def pair_name(pair: dict) -> str:
