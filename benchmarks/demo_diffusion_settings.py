@@ -65,6 +65,7 @@ def main(argv=None):
         train_demo_diffusion,
     )
     from multigeom_workflow.inputs.images import DEMO_TEST_PHOTOS, package_photo
+    from multigeom_workflow.settings.files import timestep_grid
 
     demo = yaml.safe_load((REPO / "config/config.yaml").read_text())["demo"]
     base = yaml.safe_load((REPO / "config/diffusion_demo.yaml").read_text())
@@ -98,8 +99,7 @@ def main(argv=None):
         f"std {fit['response_std']:.3f}, {time.process_time() - t0:.0f} CPU s",
         flush=True,
     )
-    grid = estimator["monte_carlo"]["timestep_grid"]
-    timesteps = list(range(grid["start"], grid["stop"] + 1, grid["step"]))
+    timesteps = list(timestep_grid(estimator))
     for variant in args.variant or [""]:
         settings = _override(base, variant)
         out = work / "final_model.pt"
