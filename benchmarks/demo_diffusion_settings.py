@@ -57,11 +57,10 @@ def main(argv=None):
 
     from multigeom_workflow.compute.engine import estimate_image_fast
     from multigeom_workflow.compute.estimate import load_models, to_namespace
-    from multigeom_workflow.inputs.demo import (
-        conditioning_sensitivity,
-        cut_training_crops,
+    from multigeom_workflow.inputs.demo.data import cut_training_crops, simulate_area
+    from multigeom_workflow.inputs.demo.diagnostics import conditioning_sensitivity
+    from multigeom_workflow.inputs.demo.training import (
         fit_demo_encoder,
-        simulate_area,
         train_demo_diffusion,
     )
     from multigeom_workflow.inputs.images import DEMO_TEST_PHOTOS, package_photo

@@ -4,10 +4,10 @@ import json
 
 import torch
 
+from multigeom_workflow.atomic import atomic_path
 from multigeom_workflow.compute.estimate import load_models
-from multigeom_workflow.files import atomic_path
-from multigeom_workflow.inputs.demo import conditioning_sensitivity
-from multigeom_workflow.jobs import job_log
+from multigeom_workflow.inputs.demo.diagnostics import conditioning_sensitivity
+from multigeom_workflow.script_log import job_log
 from multigeom_workflow.settings.files import timestep_grid
 
 with job_log(snakemake.log[0]):

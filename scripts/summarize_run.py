@@ -3,13 +3,13 @@
 import json
 from pathlib import Path
 
-from multigeom_workflow.jobs import job_log
 from multigeom_workflow.results.report import (
     metrics_table,
     progress_table,
     settings_table,
     write_html_table,
 )
+from multigeom_workflow.script_log import job_log
 from multigeom_workflow.settings.layout import parse_image_file
 
 with job_log(snakemake.log[0]):

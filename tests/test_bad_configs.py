@@ -22,7 +22,7 @@ from conftest import REPO, TINY_CONFIG, planned_jobs, run_snakemake
 from fakes import tinyimagenet_zip
 from PIL import Image
 
-from multigeom_workflow.files import write_error_line
+from multigeom_workflow.atomic import write_error_line
 from multigeom_workflow.scenario import ConfigError, validated_scenario
 from multigeom_workflow.settings.load import load_config
 

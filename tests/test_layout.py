@@ -13,7 +13,7 @@ from conftest import REPO
 PACKAGE = REPO / "src" / "multigeom_workflow"
 #: From the bottom up; one layer may hold several parts.
 LAYERS = [
-    {"settings", "files", "jobs"},
+    {"settings", "atomic", "script_log"},
     {"inputs"},
     {"compute"},
     {"scenario"},

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..files import write_error_line
+from ..atomic import write_error_line
 from ..inputs.images import load_test_image
 from ..settings.checks import engine_precision_problem
 from ..settings.files import to_namespace

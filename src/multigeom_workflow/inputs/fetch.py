@@ -12,7 +12,7 @@ TinyImageNet test images, and the check that torchvision's backbone weights are 
   the size), checked as a zip, and only the test images the run needs are extracted,
   one file per job.
 
-Every file appears complete or not at all (`multigeom_workflow.files.atomic_path`).
+Every file appears complete or not at all (`multigeom_workflow.atomic.atomic_path`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import zipfile
 from http.client import HTTPException
 from pathlib import Path
 
-from ..files import atomic_path
+from ..atomic import atomic_path
 from ..settings.layout import checkpoint_relpath
 
 __all__ = [

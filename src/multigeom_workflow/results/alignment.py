@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..files import atomic_path
+from ..atomic import atomic_path
 from ..settings.layout import RunLayout, parse_image_file
 
 __all__ = ["align_configs"]

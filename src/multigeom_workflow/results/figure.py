@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_path
+from ..atomic import atomic_path
 from ..settings.names import N_PIXELS
 from ..settings.pairs import PAIR_KINDS, pair_kind
 

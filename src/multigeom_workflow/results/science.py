@@ -10,8 +10,8 @@ seeds of the draws: `multigeom_workflow.settings.seeds`).
   (up to the rotation of near-degenerate eigenvectors).
 * Ground truth: for the demo's synthetic areas (upstream's `GaborTeacher`), the area's
   own Fisher information J_area(x) per test image (`multigeom_workflow.inputs.demo.
-  area_fisher`); A_k of each configuration's G(x) and J(x) with it says how well the
-  configuration recovers its area's geometry.
+  truth.area_fisher`); A_k of each configuration's G(x) and J(x) with it says how
+  well the configuration recovers its area's geometry.
 
 Both use upstream's `multigeom.pipeline.alignment.aggregate_pair`, the function of
 Stage 5: for every shared image and k = 1..K, A_k = (1/k) ||V_A[:k] V_B[:k]^T||_F^2,
@@ -29,7 +29,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..files import atomic_path
+from ..atomic import atomic_path
 from ..settings.layout import parse_image_file, parse_truth_file
 from ..settings.seeds import CEILING_SEED_OFFSET
 

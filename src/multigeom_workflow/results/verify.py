@@ -297,7 +297,7 @@ def verify_for_stage5(
         One line naming the bad files (set aside as ``<name>.bad``, so that the next
         run recomputes them), the first one's problem, and what to do.
     """
-    from ..files import atomic_path
+    from ..atomic import atomic_path
 
     rows, bad = [], []
     for f in map(Path, per_image_files):

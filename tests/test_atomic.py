@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from multigeom_workflow.files import atomic_path
+from multigeom_workflow.atomic import atomic_path
 
 
 def test_written_file_appears_whole_with_usual_permissions(tmp_path):
