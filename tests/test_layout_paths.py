@@ -179,3 +179,31 @@ def test_pair_kinds_agree_in_the_scenario_and_the_figure(a, b, kind):
     )
     assert scenario.comparable_pairs == ([configs] if kind else [])
     assert (scenario.stage5_skipped is None) == (kind is not None)
+
+
+def test_configuration_label_round_trip_and_bad_label():
+    from multigeom_workflow.settings.names import (
+        configuration_label,
+        parse_configuration_label,
+    )
+
+    assert configuration_label("smallcnn", "complex") == "smallcnn/complex"
+    assert parse_configuration_label("smallcnn/complex") == ("smallcnn", "complex")
+    for bad in ("smallcnn", "a/b/c", "/V1"):
+        with pytest.raises(ValueError, match=rf"{bad!r}.*<encoder>/<area>"):
+            parse_configuration_label(bad)
+
+
+@pytest.mark.parametrize("rule", ["estimate_image", "estimate_image_ceiling"])
+def test_job_log_and_benchmark_patterns_mirror_the_output(rule):
+    """A per-image job's log and benchmark file name its rule and wildcards."""
+    log = RunLayout.job_log_pattern(rule)
+    bench = RunLayout.job_benchmark_pattern(rule)
+    assert log == f"logs/{rule}/{{encoder}}/{{area}}/img{{index}}.log"
+    assert bench == f"logs/benchmarks/{rule}/{{encoder}}/{{area}}/img{{index}}.tsv"
+    filled = bench.format(encoder="onoff", area="V1", index="0007")
+    assert pattern_regex(bench).match(filled).groupdict() == {
+        "encoder": "onoff",
+        "area": "V1",
+        "index": "0007",
+    }

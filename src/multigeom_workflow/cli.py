@@ -33,6 +33,7 @@ from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import CHECKOUT_DIR
 from .settings.layout import parse_image_file
 from .settings.load import load_config
+from .settings.names import configuration_label
 
 __all__ = ["install_profiles", "load_config", "locked", "main"]
 
@@ -44,7 +45,7 @@ def locked(directory: Path = Path(".")) -> list[Path]:
 
 
 def _selected(scenario: Scenario, names: list[str] | None):
-    known = {f"{c.encoder}/{c.area}": c for c in scenario.configurations}
+    known = {configuration_label(c.encoder, c.area): c for c in scenario.configurations}
     if not names:
         return list(known.values())
     unknown = [n for n in names if n not in known]

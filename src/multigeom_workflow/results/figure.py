@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_path
-from ..settings.names import N_PIXELS
+from ..settings.names import N_PIXELS, parse_configuration_label
 from ..settings.pairs import PAIR_KINDS, pair_kind
 
 __all__ = [
@@ -206,6 +206,8 @@ def plot_ground_truth(truth: dict, n_pixels: int = N_PIXELS):
     configs = sorted(truth["configurations"])
     if not configs:
         raise ValueError("no configuration of a demo area in the ground-truth metrics")
+    areas = {label: parse_configuration_label(label)[1] for label in configs}
+    first_area = min(areas.values())  # drawn solid, the other area dashed
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
     titles = {
         "G": "G(x) vs the area's true Fisher information",
@@ -219,11 +221,7 @@ def plot_ground_truth(truth: dict, n_pixels: int = N_PIXELS):
             k, mean = np.asarray(c["k"]), np.asarray(c["alignment_mean"])
             sem = np.asarray(c["alignment_sem"])
             color = plt.get_cmap("tab10")(i % 10)
-            style = (
-                "-"
-                if label.split("/")[1] == sorted({x.split("/")[1] for x in configs})[0]
-                else "--"
-            )
+            style = "-" if areas[label] == first_area else "--"
             ax.fill_between(k, mean - sem, mean + sem, color=color, alpha=0.2)
             ax.plot(k, mean, style, color=color, label=label)
             k_max = max(k_max, int(k[-1]))

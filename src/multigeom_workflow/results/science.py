@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..atomic import atomic_path
 from ..settings.layout import parse_image_file, parse_truth_file
+from ..settings.names import configuration_label
 from ..settings.seeds import CEILING_SEED_OFFSET
 
 __all__ = [
@@ -92,7 +93,7 @@ def noise_ceiling(
     for key in sorted(set(a) & set(b)):
         curves = {m: aggregate_pair(a[key], b[key], m, max_k) for m in ("G", "J")}
         if all(curves.values()):
-            result["configurations"]["/".join(key)] = curves
+            result["configurations"][configuration_label(*key)] = curves
     return _write(result, out)
 
 
@@ -147,5 +148,5 @@ def truth_alignment(
             }
             curves[m] = aggregate_pair(images, ref, m, max_k)
         if all(curves.values()):
-            result["configurations"][f"{encoder}/{area}"] = curves
+            result["configurations"][configuration_label(encoder, area)] = curves
     return _write(result, out)

@@ -187,6 +187,19 @@ class RunLayout:
         """The demo's test photos, ``<runs>/demo/test_images/img{index}.png``."""
         return f"{self.runs_dir}/demo/test_images/img{{index}}.png"
 
+    @staticmethod
+    def job_log_pattern(rule: str) -> str:
+        """A per-image rule's log, ``logs/<rule>/{encoder}/{area}/img{index}.log``."""
+        return f"logs/{rule}/{{encoder}}/{{area}}/img{{index}}.log"
+
+    @staticmethod
+    def job_benchmark_pattern(rule: str) -> str:
+        """
+        A per-image rule's Snakemake benchmark file,
+        ``logs/benchmarks/<rule>/{encoder}/{area}/img{index}.tsv``.
+        """
+        return f"logs/benchmarks/{rule}/{{encoder}}/{{area}}/img{{index}}.tsv"
+
     # --- concrete paths ----------------------------------------------------------
 
     def per_image_file(self, encoder: str, area: str, index: int) -> str:
