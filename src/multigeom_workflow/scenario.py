@@ -467,7 +467,7 @@ def load_scenario(
         of the estimator that the diffusion model or `top_k` contradict.
     """
     workflow_dir = Path(workflow_dir)
-    runs_dir = str(config["runs_dir"]).rstrip("/") or "."
+    runs_dir = RunLayout(str(config["runs_dir"])).runs_dir  # "runs/" is "runs"
     configurations = _configurations(config, runs_dir, check_files=not remote)
     notes = _normalise_test_images_path(config)
     source, files = _test_images(config, runs_dir, remote)

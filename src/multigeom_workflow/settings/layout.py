@@ -128,10 +128,10 @@ class RunLayout:
 
     Notes
     -----
-    Every ``*_PATTERN``-like property holds Snakemake wildcards (``{encoder}``,
-    ``{area}``, ``{index}``, the index written with 4 digits or more); the method of
-    the same name without ``_pattern`` fills them. `parse_image_file` reads a
-    per-image path back.
+    Every ``*_pattern`` property or method holds Snakemake wildcards (``{encoder}``,
+    ``{area}``, ``{index}``, the index written with 4 digits or more); the path
+    methods (`per_image_file`, `ceiling_file`, `truth_file`, `checkpoint_file`,
+    `demo_test_image`) fill them. `parse_image_file` reads a per-image path back.
     """
 
     runs_dir: str = "runs"
