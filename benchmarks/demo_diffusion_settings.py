@@ -57,14 +57,14 @@ def main(argv=None):
 
     from multigeom_workflow.compute.engine import estimate_image_fast
     from multigeom_workflow.compute.estimate import load_models, to_namespace
-    from multigeom_workflow.inputs.demo import (
-        conditioning_sensitivity,
-        cut_training_crops,
+    from multigeom_workflow.inputs.demo.data import cut_training_crops, simulate_area
+    from multigeom_workflow.inputs.demo.diagnostics import conditioning_sensitivity
+    from multigeom_workflow.inputs.demo.training import (
         fit_demo_encoder,
-        simulate_area,
         train_demo_diffusion,
     )
     from multigeom_workflow.inputs.images import DEMO_TEST_PHOTOS, package_photo
+    from multigeom_workflow.settings.files import timestep_grid
 
     demo = yaml.safe_load((REPO / "config/config.yaml").read_text())["demo"]
     base = yaml.safe_load((REPO / "config/diffusion_demo.yaml").read_text())
@@ -98,8 +98,7 @@ def main(argv=None):
         f"std {fit['response_std']:.3f}, {time.process_time() - t0:.0f} CPU s",
         flush=True,
     )
-    grid = estimator["monte_carlo"]["timestep_grid"]
-    timesteps = list(range(grid["start"], grid["stop"] + 1, grid["step"]))
+    timesteps = list(timestep_grid(estimator))
     for variant in args.variant or [""]:
         settings = _override(base, variant)
         out = work / "final_model.pt"

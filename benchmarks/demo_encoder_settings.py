@@ -34,11 +34,8 @@ def main(argv=None):
     from multigeom.datasets import CANONICAL_TRANSFORM
     from PIL import Image
 
-    from multigeom_workflow.inputs.demo import (
-        cut_training_crops,
-        fit_demo_encoder,
-        simulate_area,
-    )
+    from multigeom_workflow.inputs.demo.data import cut_training_crops, simulate_area
+    from multigeom_workflow.inputs.demo.training import fit_demo_encoder
     from multigeom_workflow.inputs.images import DEMO_TEST_PHOTOS, package_photo
 
     tests = []

@@ -1,7 +1,7 @@
 """Rule align_ceiling: A_k between two estimates (two seeds) of the same images."""
 
-from multigeom_workflow.jobs import job_log
 from multigeom_workflow.results.science import noise_ceiling
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     noise_ceiling(

@@ -1,7 +1,7 @@
 """Rule align_truth: A_k of every configuration's G and J with its area's truth."""
 
-from multigeom_workflow.jobs import job_log
 from multigeom_workflow.results.science import truth_alignment
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     truth_alignment(

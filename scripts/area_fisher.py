@@ -2,10 +2,10 @@
 
 import torch
 
-from multigeom_workflow.files import atomic_path
-from multigeom_workflow.inputs.demo import area_fisher
+from multigeom_workflow.atomic import atomic_path
+from multigeom_workflow.inputs.demo.truth import area_fisher
 from multigeom_workflow.inputs.images import load_test_image
-from multigeom_workflow.jobs import job_log
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     torch.set_num_threads(snakemake.threads)

@@ -4,10 +4,11 @@ import json
 
 import torch
 
+from multigeom_workflow.atomic import atomic_path
 from multigeom_workflow.compute.estimate import load_models
-from multigeom_workflow.files import atomic_path
-from multigeom_workflow.inputs.demo import conditioning_sensitivity
-from multigeom_workflow.jobs import job_log
+from multigeom_workflow.inputs.demo.diagnostics import conditioning_sensitivity
+from multigeom_workflow.script_log import job_log
+from multigeom_workflow.settings.files import timestep_grid
 
 with job_log(snakemake.log[0]):
     torch.set_num_threads(snakemake.threads)
@@ -17,14 +18,13 @@ with job_log(snakemake.log[0]):
         snakemake.params.diffusion,
         "cpu",
     )
-    grid = snakemake.params.estimator["monte_carlo"]["timestep_grid"]
     crops = torch.load(snakemake.input.crops)
     result = conditioning_sensitivity(
         models.encoder,
         models.unet,
         models.alphas_cumprod,
         crops[-snakemake.params.n_images :],
-        list(range(grid["start"], grid["stop"] + 1, grid["step"])),
+        list(timestep_grid(snakemake.params.estimator)),
         snakemake.params.estimator["monte_carlo"]["observation_noise_sigma"],
     )
     result |= {"encoder": snakemake.wildcards.encoder, "area": snakemake.wildcards.area}

@@ -2,9 +2,9 @@
 
 import torch
 
-from multigeom_workflow.files import atomic_path
-from multigeom_workflow.inputs.demo import cut_training_crops
-from multigeom_workflow.jobs import job_log
+from multigeom_workflow.atomic import atomic_path
+from multigeom_workflow.inputs.demo.data import cut_training_crops
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     params = snakemake.params

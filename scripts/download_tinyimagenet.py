@@ -1,7 +1,7 @@
 """Rule download_tinyimagenet: the archive, its size and zip structure checked."""
 
 from multigeom_workflow.inputs.fetch import download_tinyimagenet_archive
-from multigeom_workflow.jobs import job_log
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     download_tinyimagenet_archive(

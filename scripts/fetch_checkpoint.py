@@ -1,7 +1,7 @@
 """Rules fetch_encoder, fetch_diffusion: a published checkpoint from the Hub."""
 
 from multigeom_workflow.inputs.fetch import fetch_checkpoint
-from multigeom_workflow.jobs import job_log
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     out = fetch_checkpoint(

@@ -5,10 +5,11 @@ import sys
 
 import torch
 
-from multigeom_workflow.files import atomic_path
-from multigeom_workflow.inputs.demo import encoder_warnings, fit_demo_encoder
+from multigeom_workflow.atomic import atomic_path
+from multigeom_workflow.inputs.demo.diagnostics import encoder_warnings
+from multigeom_workflow.inputs.demo.training import fit_demo_encoder
 from multigeom_workflow.inputs.images import load_test_image
-from multigeom_workflow.jobs import job_log
+from multigeom_workflow.script_log import job_log
 
 params, wildcards = snakemake.params, snakemake.wildcards
 with job_log(snakemake.log[0]):

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from multigeom_workflow.jobs import job_log
 from multigeom_workflow.results.figure import plot_fig4de, save_figure
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     metrics = json.loads(Path(snakemake.input.metrics).read_text())

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from multigeom_workflow.jobs import job_log
 from multigeom_workflow.results.figure import plot_ground_truth, save_figure
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     truth = json.loads(Path(snakemake.input.truth).read_text())

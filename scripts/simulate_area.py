@@ -2,9 +2,9 @@
 
 import torch
 
-from multigeom_workflow.files import atomic_path
-from multigeom_workflow.inputs.demo import simulate_area
-from multigeom_workflow.jobs import job_log
+from multigeom_workflow.atomic import atomic_path
+from multigeom_workflow.inputs.demo.data import simulate_area
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     torch.set_num_threads(snakemake.threads)

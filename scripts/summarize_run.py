@@ -3,13 +3,14 @@
 import json
 from pathlib import Path
 
-from multigeom_workflow.jobs import job_log
 from multigeom_workflow.results.report import (
     metrics_table,
     progress_table,
     settings_table,
     write_html_table,
 )
+from multigeom_workflow.script_log import job_log
+from multigeom_workflow.settings.layout import parse_image_file
 
 with job_log(snakemake.log[0]):
     metrics = metrics_table(json.loads(Path(snakemake.input.metrics).read_text()))
@@ -22,7 +23,8 @@ with job_log(snakemake.log[0]):
     configurations = [tuple(c) for c in snakemake.params.configurations]
     files = {c: [] for c in configurations}  # the per-image files, by configuration
     for f in snakemake.input.per_image:
-        files[(Path(f).parent.parent.name, Path(f).parent.name)].append(f)
+        encoder, area, _ = parse_image_file(f)
+        files[(encoder, area)].append(f)
     progress = progress_table(configurations, files)
     write_html_table(
         [("per configuration", progress)],

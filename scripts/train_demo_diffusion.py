@@ -2,8 +2,8 @@
 
 import torch
 
-from multigeom_workflow.inputs.demo import train_demo_diffusion
-from multigeom_workflow.jobs import job_log
+from multigeom_workflow.inputs.demo.training import train_demo_diffusion
+from multigeom_workflow.script_log import job_log
 
 with job_log(snakemake.log[0]):
     torch.set_num_threads(snakemake.threads)

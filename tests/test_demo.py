@@ -7,12 +7,12 @@ import pytest
 import torch
 from PIL import Image
 
-from multigeom_workflow.inputs.demo import (
-    build_demo_encoder,
+from multigeom_workflow.inputs.demo.data import (
     cut_training_crops,
     export_photo,
     simulate_area,
 )
+from multigeom_workflow.inputs.demo.training import build_demo_encoder
 from multigeom_workflow.inputs.images import (
     DEMO_TEST_PHOTOS,
     DEMO_TRAIN_PHOTOS,

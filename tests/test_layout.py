@@ -13,7 +13,7 @@ from conftest import REPO
 PACKAGE = REPO / "src" / "multigeom_workflow"
 #: From the bottom up; one layer may hold several parts.
 LAYERS = [
-    {"settings", "files", "jobs"},
+    {"settings", "atomic", "script_log"},
     {"inputs"},
     {"compute"},
     {"scenario"},
@@ -105,3 +105,20 @@ def test_snakemakes_benchmark_files_go_beside_the_logs():
     ]
     assert len(paths) >= 13
     assert [p for p in paths if not p[1].startswith("logs/benchmarks/")] == []
+
+
+def test_the_production_path_never_imports_the_stand_in():
+    """
+    The stand-in estimator (compute/standin.py) is reached only from tests and
+    benchmarks, through `compute.hook`'s environment variable: no module of the
+    package imports it.
+    """
+    importers = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if "multigeom_workflow.compute.standin" in set(imports(path))
+    ]
+    assert importers == []
+    # `imports` reads the compute modules' imports (the check above can fail).
+    probe = PACKAGE / "compute" / "client.py"
+    assert "multigeom_workflow.compute.hook" in set(imports(probe))

@@ -141,38 +141,6 @@ def test_own_checkpoints_of_a_paper_area(tmp_path, monkeypatch):
         load_scenario(config(configs=[entry]), REPO)
 
 
-@pytest.mark.parametrize(
-    "edit, match",
-    [
-        ({"monte_carlo": {"n_samples": 6, "batch_size": 4}}, "positive multiple"),
-        (
-            {"monte_carlo": {"observation_noise_sigma": 0.5}},
-            "differs from the sigma = 0.22",
-        ),
-        (
-            {
-                "monte_carlo": {
-                    "timestep_grid": {"start": 200, "stop": 1200, "step": 500}
-                }
-            },
-            r"at least 2 timesteps in \[0, 1000\)",
-        ),
-    ],
-)
-def test_estimator_settings_checked_before_any_job(tmp_path, monkeypatch, edit, match):
-    monkeypatch.chdir(tmp_path)
-    est = yaml.safe_load((REPO / "tests" / "data" / "estimator_tiny.yaml").read_text())
-    for key, value in edit["monte_carlo"].items():
-        if isinstance(value, dict):
-            est["monte_carlo"][key].update(value)
-        else:
-            est["monte_carlo"][key] = value
-    (tmp_path / "est.yaml").write_text(yaml.safe_dump(est))
-    with pytest.raises(ConfigError, match=match) as err:
-        load_scenario(config(estimator="est.yaml"), REPO)
-    assert "\n" not in str(err.value)
-
-
 def test_schema_allows_the_encoders_and_areas_the_scenario_knows():
     from multigeom_workflow.settings.names import AREAS, ENCODERS
 

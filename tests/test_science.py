@@ -13,14 +13,16 @@ import torch
 import yaml
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, planned_jobs, run_snakemake
 
-from multigeom_workflow.inputs.demo import (
-    area_fisher,
-    conditioning_sensitivity,
+from multigeom_workflow.inputs.demo.data import (
     cut_training_crops,
-    encoder_warnings,
     load_teacher,
     simulate_area,
 )
+from multigeom_workflow.inputs.demo.diagnostics import (
+    conditioning_sensitivity,
+    encoder_warnings,
+)
+from multigeom_workflow.inputs.demo.truth import area_fisher
 from multigeom_workflow.results.science import noise_ceiling, truth_alignment
 from multigeom_workflow.scenario import ConfigError, validated_scenario
 from multigeom_workflow.settings.seeds import (

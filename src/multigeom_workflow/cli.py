@@ -32,7 +32,9 @@ from .on_modal.volume import (
 from .results.verify import bad_per_image_files, run_files, set_aside
 from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import CHECKOUT_DIR
+from .settings.layout import parse_image_file
 from .settings.load import load_config
+from .settings.names import configuration_label
 
 __all__ = ["install_profiles", "load_config", "locked", "main"]
 
@@ -44,7 +46,7 @@ def locked(directory: Path = Path(".")) -> list[Path]:
 
 
 def _selected(scenario: Scenario, names: list[str] | None):
-    known = {f"{c.encoder}/{c.area}": c for c in scenario.configurations}
+    known = {configuration_label(c.encoder, c.area): c for c in scenario.configurations}
     if not names:
         return list(known.values())
     unknown = [n for n in names if n not in known]
@@ -156,7 +158,8 @@ def cmd_progress(scenario: Scenario, args) -> int:
         bad = bad_per_image_files(scenario)
         for f, _ in bad:
             counts = ceiling if "per_image_ceiling" in Path(f).parts else done
-            key = (Path(f).parent.parent.name, Path(f).parent.name)
+            enc, area, _ = parse_image_file(f)
+            key = (enc, area)
             n, total = counts[key]
             counts[key] = (n - 1, total)
         if bad:

@@ -29,7 +29,9 @@ from .inputs.images import (
 from .settings.checks import check_engine, check_estimator, check_seed, check_writable
 from .settings.errors import ConfigError, schema_error_line
 from .settings.files import load_settings_yaml, resolve_settings_file
+from .settings.layout import RunLayout
 from .settings.names import DEMO_AREAS, DEMO_ENCODERS, PAPER_ENCODERS, TINYIMAGENET_DIR
+from .settings.pairs import pair_kind
 
 __all__ = [
     "ConfigError",
@@ -117,6 +119,9 @@ class Scenario:
     monte_carlo_seeds : str
         ``shared`` (every configuration draws image i's numbers from seed + i, the
         paper's way) or ``per_configuration`` (config key ``monte_carlo_seeds``).
+    results_dir : str
+        The figures and the report's tables (config key ``results_dir``); with
+        `runs_dir`, the run's `layout`.
     """
 
     configurations: tuple[Configuration, ...]
@@ -140,6 +145,7 @@ class Scenario:
     precision: str = "fp32"
     monte_carlo_seeds: str = "shared"
     ceiling_images: int = 0
+    results_dir: str = "results"
 
     def estimator_of(self, encoder: str, area: str) -> dict:
         """A configuration's estimator settings: its seed (monte_carlo_seeds)."""
@@ -169,14 +175,14 @@ class Scenario:
         """
         The pairs of configurations that Fig. 4D-E compares: cross-model (two encoders,
         same area) and cross-area (same encoder, two areas), as
-        `multigeom_workflow.results.figure.comparison_kind` classifies them.
+        `multigeom_workflow.settings.pairs.pair_kind` classifies them.
         """
         cs = self.configurations
         return [
             (a, b)
             for i, a in enumerate(cs)
             for b in cs[i + 1 :]
-            if (a.area == b.area) != (a.encoder == b.encoder)
+            if pair_kind((a.encoder, a.area), (b.encoder, b.area)) is not None
         ]
 
     @property
@@ -201,9 +207,14 @@ class Scenario:
                 return c
         raise KeyError(f"({encoder!r}, {area!r}) is not a configuration of this run")
 
+    @property
+    def layout(self) -> RunLayout:
+        """Where the run's files live (`multigeom_workflow.settings.layout`)."""
+        return RunLayout(self.runs_dir, self.results_dir)
+
     def per_image_file(self, encoder: str, area: str, index: int) -> str:
         """The per-image file ``<runs_dir>/per_image/<enc>/<area>/img0003.pt``."""
-        return f"{self.runs_dir}/per_image/{encoder}/{area}/img{index:04d}.pt"
+        return self.layout.per_image_file(encoder, area, index)
 
     def per_image_files(self, configuration: Configuration | None = None) -> list[str]:
         """Per-image files of one configuration (or of all), first `n_images` images."""
@@ -216,7 +227,7 @@ class Scenario:
 
     def ceiling_file(self, encoder: str, area: str, index: int) -> str:
         """The noise ceiling's second estimate of an image (rules/science.smk)."""
-        return f"{self.runs_dir}/per_image_ceiling/{encoder}/{area}/img{index:04d}.pt"
+        return self.layout.ceiling_file(encoder, area, index)
 
     def ceiling_files(self, configuration: Configuration | None = None) -> list[str]:
         """Second estimates of one configuration (or of all), first `ceiling_images`."""
@@ -234,10 +245,8 @@ def _test_images(
     settings = config["test_images"]
     source, path = settings["source"], settings.get("path")
     if source == "demo":
-        files = [
-            f"{runs_dir}/demo/test_images/img{i:04d}.png"
-            for i in range(len(DEMO_TEST_PHOTOS))
-        ]
+        layout = RunLayout(runs_dir)
+        files = [layout.demo_test_image(i) for i in range(len(DEMO_TEST_PHOTOS))]
         return source, tuple(files)
     if not path:
         raise ConfigError(
@@ -361,11 +370,11 @@ def _configurations(
                 f"config key '{key}.encoder' = {enc!r}: no checkpoints of it exist for "
                 f"area {area!r}; allowed: {', '.join(PAPER_ENCODERS)}"
             )
-        enc_ckpt = entry.get("encoder_ckpt") or (
-            f"{runs_dir}/encoders/{enc}/{area}/best_model.pt"
+        enc_ckpt = entry.get("encoder_ckpt") or RunLayout(runs_dir).encoder_ckpt(
+            enc, area
         )
-        diff_ckpt = entry.get("diffusion_ckpt") or (
-            f"{runs_dir}/diffusion/{enc}/{area}/final_model.pt"
+        diff_ckpt = entry.get("diffusion_ckpt") or RunLayout(runs_dir).diffusion_ckpt(
+            enc, area
         )
         # The workflow's rules build the demo's checkpoints and fetch the paper's
         # from the Hub; any other file must exist (bring your own encoder).
@@ -458,7 +467,7 @@ def load_scenario(
         of the estimator that the diffusion model or `top_k` contradict.
     """
     workflow_dir = Path(workflow_dir)
-    runs_dir = str(config["runs_dir"]).rstrip("/") or "."
+    runs_dir = RunLayout(str(config["runs_dir"])).runs_dir  # "runs/" is "runs"
     configurations = _configurations(config, runs_dir, check_files=not remote)
     notes = _normalise_test_images_path(config)
     source, files = _test_images(config, runs_dir, remote)
@@ -521,4 +530,5 @@ def load_scenario(
         precision=precision,
         monte_carlo_seeds=seeds,
         ceiling_images=ceiling_images,
+        results_dir=str(config["results_dir"]),
     )

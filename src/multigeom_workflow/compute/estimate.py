@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 
-from ..files import write_error_line
+from ..atomic import write_error_line
 from ..inputs.images import load_test_image
+from ..settings.checks import engine_precision_problem
 from ..settings.files import to_namespace
 from .engine import ENGINES, check_precision, cpu_threads, estimate_image_fast
 from .request import EstimateRequest
@@ -157,11 +158,8 @@ def estimate_to_file(
             f"config key 'engine' = {engine!r}: allowed: {', '.join(ENGINES)}"
         )
     check_precision(precision, models.device)
-    if engine == "upstream" and precision != "fp32":
-        raise ValueError(
-            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
-            "only; allowed: fp32 (or engine: fast)"
-        )
+    if problem := engine_precision_problem(engine, precision):
+        raise ValueError(problem)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     image = load_test_image(image_file)

@@ -3,8 +3,10 @@ A stand-in estimator for tests and benchmarks of the orchestration only: it slee
 fixed time instead of computing, so that 8 or 16 simulated GPUs (fake ids in
 ``CUDA_VISIBLE_DEVICES``) can run on two cores.
 
-It is selected by the environment variable ``MULTIGEOM_STANDIN_S`` (seconds per image)
-that a test or benchmark sets, never by a configuration key. With
+It is selected by the environment variables ``MULTIGEOM_ESTIMATOR_HOOK`` (this module's
+name: `multigeom_workflow.compute.hook`) and ``MULTIGEOM_STANDIN_S`` (seconds per
+image) that a test or benchmark sets (`simulated_scenario` gives both), never by a
+configuration key; the production path does not import it. With
 ``MULTIGEOM_STANDIN_RECORD`` set to a file, every computation appends a JSON line
 ``{"what": "compute", "slot": ..., "pid": ..., "out": ..., "start": ..., "end": ...}``
 (``time.time()`` seconds; ``"end": null`` when it starts), ``{"what": "stopped",
@@ -25,11 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..settings.layout import RunLayout
+from .hook import HOOK_ENV
 from .request import EstimateRequest
 
 __all__ = [
     "RECORD_ENV",
     "STANDIN_ENV",
+    "estimate",
     "estimate_standin",
     "write_test_images",
     "record",
@@ -59,6 +64,14 @@ def record(**entry) -> None:
             os.write(fd, line.encode())  # one write with O_APPEND: lines never mix
         finally:
             os.close(fd)
+
+
+def estimate(request: EstimateRequest, slot: str) -> Path:
+    """
+    The hook's estimate (`multigeom_workflow.compute.hook`): `estimate_standin` with
+    ``MULTIGEOM_STANDIN_S`` seconds (0 when unset).
+    """
+    return estimate_standin(request, standin_seconds() or 0.0, slot)
 
 
 def estimate_standin(request: EstimateRequest, seconds: float, slot: str) -> Path:
@@ -99,7 +112,8 @@ def simulated_scenario(root: Path, n_configs: int, n_images: int) -> tuple[Path,
     files, `n_images` empty test image files, ``device: cuda``, and torchvision's
     weight files (empty) in a private ``TORCH_HOME``. Nothing reads them: the stand-in
     does not compute. Returns the configuration file (written there) and the
-    environment variables to run it with (``TORCH_HOME``).
+    environment variables to run it with (``TORCH_HOME``, and
+    ``MULTIGEOM_ESTIMATOR_HOOK`` naming this module).
 
     Run it with ``CUDA_VISIBLE_DEVICES`` set to fake ids and ``MULTIGEOM_STANDIN_S``
     set, targets `simulated_targets`.
@@ -131,7 +145,7 @@ def simulated_scenario(root: Path, n_configs: int, n_images: int) -> tuple[Path,
     }
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    return path, {"TORCH_HOME": str(root / "torch")}
+    return path, {"TORCH_HOME": str(root / "torch"), HOOK_ENV: __name__}
 
 
 def write_test_images(folder: Path, n: int) -> None:
@@ -157,8 +171,9 @@ def simulated_configurations(n_configs: int) -> list[tuple[str, str]]:
 
 def simulated_targets(n_configs: int, n_images: int) -> list[str]:
     """The per-image files of `simulated_scenario` (default runs folder)."""
+    layout = RunLayout()
     return [
-        f"runs/per_image/{encoder}/{area}/img{i:04d}.pt"
+        layout.per_image_file(encoder, area, i)
         for encoder, area in simulated_configurations(n_configs)
         for i in range(n_images)
     ]

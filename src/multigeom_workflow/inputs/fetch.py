@@ -12,7 +12,7 @@ TinyImageNet test images, and the check that torchvision's backbone weights are 
   the size), checked as a zip, and only the test images the run needs are extracted,
   one file per job.
 
-Every file appears complete or not at all (`multigeom_workflow.files.atomic_path`).
+Every file appears complete or not at all (`multigeom_workflow.atomic.atomic_path`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import zipfile
 from http.client import HTTPException
 from pathlib import Path
 
-from ..files import atomic_path
+from ..atomic import atomic_path
+from ..settings.layout import checkpoint_relpath
 
 __all__ = [
     "BACKBONE_WEIGHTS",
@@ -63,7 +64,6 @@ BACKBONE_WEIGHTS = {
         "torchvision.models.resnet50(weights='IMAGENET1K_V2')\"",
     ),
 }
-CHECKPOINT_NAMES = {"encoders": "best_model.pt", "diffusion": "final_model.pt"}
 
 
 def hub_filename(kind: str, encoder: str, area: str) -> str:
@@ -72,7 +72,7 @@ def hub_filename(kind: str, encoder: str, area: str) -> str:
     ``encoders/inception/V1/best_model.pt`` (kind ``encoders``) or
     ``diffusion/inception/V1/final_model.pt`` (kind ``diffusion``).
     """
-    return f"{kind}/{encoder}/{area}/{CHECKPOINT_NAMES[kind]}"
+    return checkpoint_relpath(kind, encoder, area)
 
 
 def fetch_checkpoint(

@@ -114,7 +114,7 @@ def keep_dates_of_unchanged_content(
     -------
     ContentDates
     """
-    from ..files import atomic_path
+    from ..atomic import atomic_path
 
     registry = Path(registry)
     try:

@@ -19,7 +19,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..files import atomic_path
+from ..atomic import atomic_path
+from ..settings.layout import RunLayout, parse_image_file
 
 __all__ = ["align_configs"]
 
@@ -62,16 +63,17 @@ def align_configs(
     """
     from multigeom.pipeline import alignment
 
-    files = [Path(f).resolve() for f in per_image_files]
-    configs = {(f.parent.parent.name, f.parent.name) for f in files}
+    files = {Path(f).resolve(): parse_image_file(f) for f in per_image_files}
+    configs = {(key.encoder, key.area) for key in files.values()}
     if len(configs) < 2:
         raise ValueError(
             f"Stage 5 compares configurations, and the run has {len(configs)} "
             f"({sorted(configs)}): list at least two in the config key 'configs'"
         )
     with tempfile.TemporaryDirectory(prefix="stage5-") as view:
-        for f in files:
-            link = Path(view, "per_image", f.parent.parent.name, f.parent.name, f.name)
+        layout = RunLayout(view)
+        for f, key in files.items():
+            link = Path(layout.per_image_file(*key))
             link.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(f, link)
         alignment.main(

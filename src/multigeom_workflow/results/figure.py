@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_path
-from ..settings.names import N_PIXELS
+from ..atomic import atomic_path
+from ..settings.names import N_PIXELS, parse_configuration_label
+from ..settings.pairs import PAIR_KINDS, pair_kind
 
 __all__ = [
     "PANELS",
@@ -39,7 +40,7 @@ PANELS = (
     ("G", "D  multi-scale Fisher metric G(x)"),
     ("J", "E  Fisher information J(x)"),
 )
-LINESTYLES = {"cross-model": "-", "cross-area": "--"}
+LINESTYLES = dict(zip(PAIR_KINDS, ("-", "--"), strict=True))
 
 
 def pyplot_agg():
@@ -61,14 +62,11 @@ def pyplot_agg():
 def comparison_kind(pair: dict) -> str | None:
     """
     ``"cross-model"`` (same area, two encoders), ``"cross-area"`` (same encoder, two
-    areas), or None (both differ) for a pair of Stage 5's metrics.
+    areas), or None (both differ) for a pair of Stage 5's metrics
+    (`multigeom_workflow.settings.pairs.pair_kind`).
     """
     a, b = pair["config_A"], pair["config_B"]
-    if a["area"] == b["area"] and a["encoder"] != b["encoder"]:
-        return "cross-model"
-    if a["encoder"] == b["encoder"] and a["area"] != b["area"]:
-        return "cross-area"
-    return None
+    return pair_kind((a["encoder"], a["area"]), (b["encoder"], b["area"]))
 
 
 def pair_name(pair: dict) -> str:
@@ -220,6 +218,8 @@ def plot_ground_truth(truth: dict, n_pixels: int = N_PIXELS):
     configs = sorted(truth["configurations"])
     if not configs:
         raise ValueError("no configuration of a demo area in the ground-truth metrics")
+    areas = {label: parse_configuration_label(label)[1] for label in configs}
+    first_area = min(areas.values())  # drawn solid, the other area dashed
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
     titles = {
         "G": "G(x) vs the area's true Fisher information",
@@ -233,11 +233,7 @@ def plot_ground_truth(truth: dict, n_pixels: int = N_PIXELS):
             k, mean = np.asarray(c["k"]), np.asarray(c["alignment_mean"])
             sem = np.asarray(c["alignment_sem"])
             color = plt.get_cmap("tab10")(i % 10)
-            style = (
-                "-"
-                if label.split("/")[1] == sorted({x.split("/")[1] for x in configs})[0]
-                else "--"
-            )
+            style = "-" if areas[label] == first_area else "--"
             ax.fill_between(k, mean - sem, mean + sem, color=color, alpha=0.2)
             ax.plot(k, mean, style, color=color, label=label)
             k_max = max(k_max, int(k[-1]))

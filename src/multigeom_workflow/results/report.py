@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..files import atomic_path
+from ..atomic import atomic_path
 from ..settings.names import N_PIXELS
 from .figure import comparison_kind
 

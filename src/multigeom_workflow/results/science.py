@@ -10,8 +10,8 @@ seeds of the draws: `multigeom_workflow.settings.seeds`).
   (up to the rotation of near-degenerate eigenvectors).
 * Ground truth: for the demo's synthetic areas (upstream's `GaborTeacher`), the area's
   own Fisher information J_area(x) per test image (`multigeom_workflow.inputs.demo.
-  area_fisher`); A_k of each configuration's G(x) and J(x) with it says how well the
-  configuration recovers its area's geometry.
+  truth.area_fisher`); A_k of each configuration's G(x) and J(x) with it says how
+  well the configuration recovers its area's geometry.
 
 Both use upstream's `multigeom.pipeline.alignment.aggregate_pair`, the function of
 Stage 5: for every shared image and k = 1..K, A_k = (1/k) ||V_A[:k] V_B[:k]^T||_F^2,
@@ -29,7 +29,9 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..files import atomic_path
+from ..atomic import atomic_path
+from ..settings.layout import parse_image_file, parse_truth_file
+from ..settings.names import configuration_label
 from ..settings.seeds import CEILING_SEED_OFFSET
 
 __all__ = [
@@ -44,9 +46,9 @@ def _load(files: Iterable[str | Path]) -> dict[tuple[str, str], dict[int, dict]]
 
     out: dict[tuple[str, str], dict[int, dict]] = {}
     for f in map(Path, files):
+        encoder, area, index = parse_image_file(f)
         data = torch.load(f, map_location="cpu", weights_only=False)
-        key = (f.parent.parent.name, f.parent.name)
-        out.setdefault(key, {})[int(f.stem.removeprefix("img"))] = data
+        out.setdefault((encoder, area), {})[index] = data
     return out
 
 
@@ -91,7 +93,7 @@ def noise_ceiling(
     for key in sorted(set(a) & set(b)):
         curves = {m: aggregate_pair(a[key], b[key], m, max_k) for m in ("G", "J")}
         if all(curves.values()):
-            result["configurations"]["/".join(key)] = curves
+            result["configurations"][configuration_label(*key)] = curves
     return _write(result, out)
 
 
@@ -128,8 +130,9 @@ def truth_alignment(
 
     truths: dict[str, dict[int, dict]] = {}
     for f in map(Path, truth):
+        area, index = parse_truth_file(f)
         data = torch.load(f, map_location="cpu", weights_only=False)
-        truths.setdefault(f.parent.name, {})[int(f.stem.removeprefix("img"))] = data
+        truths.setdefault(area, {})[index] = data
     result = {"configurations": {}}
     for (encoder, area), images in sorted(_load(per_image).items()):
         if area not in truths:
@@ -145,5 +148,5 @@ def truth_alignment(
             }
             curves[m] = aggregate_pair(images, ref, m, max_k)
         if all(curves.values()):
-            result["configurations"][f"{encoder}/{area}"] = curves
+            result["configurations"][configuration_label(encoder, area)] = curves
     return _write(result, out)

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import yaml
 
+from ..settings.layout import parse_image_file
+from ..settings.names import N_PIXELS
+
 __all__ = [
     "PER_IMAGE_KEYS",
     "Expected",
@@ -58,8 +61,6 @@ PER_IMAGE_KEYS = (
 #: Settings keys that choose how, not what, is computed (issue: a faster engine or
 #: another precision gives the same estimator): not compared.
 IGNORED_SETTINGS = ("engine", "precision")
-#: Pixels of an image: eigenvectors have this many entries.
-N_PIXELS = 64 * 64
 
 
 @dataclass(frozen=True)
@@ -351,7 +352,7 @@ def refresh_checked(checked: str | Path, good: Iterable[str | Path]) -> None:
     the list's own date, so that they are not checked again at every parse and
     Stage 5 does not run again for the same files.
     """
-    from ..files import atomic_path
+    from ..atomic import atomic_path
 
     good = {str(f) for f in good}
     if not good:
@@ -395,18 +396,18 @@ def verify_for_stage5(
         One line naming the bad files (set aside as ``<name>.bad``, so that the next
         run recomputes them), the first one's problem, and what to do.
     """
-    from ..files import atomic_path
+    from ..atomic import atomic_path
 
     rows, bad = [], []
     for f in map(Path, per_image_files):
-        index = int(f.stem.removeprefix("img"))
+        key = parse_image_file(f)
         problem = check_per_image_file(
             f,
-            encoder=f.parent.parent.name,
-            area=f.parent.name,
-            index=index,
+            encoder=key.encoder,
+            area=key.area,
+            index=key.index,
             expected=expected,
-            image_file=image_files[index],
+            image_file=image_files[key.index],
             ceiling=f.parent.parent.parent.name == "per_image_ceiling",
         )
         if problem:

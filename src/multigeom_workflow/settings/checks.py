@@ -13,10 +13,17 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .files import setting, timestep_grid
+from .layout import RunLayout
 from .names import MAX_SEED, N_PIXELS
 from .seeds import CEILING_SEED_OFFSET, overlapping_seeds, seed_ranges
 
-__all__ = ["check_engine", "check_estimator", "check_seed", "check_writable"]
+__all__ = [
+    "check_engine",
+    "check_estimator",
+    "check_seed",
+    "check_writable",
+    "engine_precision_problem",
+]
 
 
 def check_estimator(est: dict, diff: dict, top_k: int, est_file: Path, diff_file: Path):
@@ -133,8 +140,9 @@ def check_writable(config: dict, runs_dir: str, configurations=()):
         path = Path(value)
         below = []
         if key == "runs_dir":
+            layout = RunLayout(value)
             below = [path / "per_image", path / "metrics"] + [
-                path / "per_image" / c.encoder / c.area for c in configurations
+                Path(layout.per_image_folder(c.encoder, c.area)) for c in configurations
             ]
         while not path.exists() and path != path.parent:
             path = path.parent
@@ -147,6 +155,19 @@ def check_writable(config: dict, runs_dir: str, configurations=()):
                 )
 
 
+def engine_precision_problem(engine: str, precision: str) -> str | None:
+    """
+    The one line naming a precision the engine does not run (upstream's
+    `multigeom.pipeline.per_image` computes in IEEE fp32 only), or None.
+    """
+    if engine == "upstream" and precision != "fp32":
+        return (
+            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
+            "only; allowed: fp32 (or engine: fast)"
+        )
+    return None
+
+
 def check_engine(config: dict, device: str, remote: bool) -> tuple[str, str]:
     """
     The config's ``engine`` and ``precision`` (defaults fast and fp32), checked against
@@ -154,11 +175,9 @@ def check_engine(config: dict, device: str, remote: bool) -> tuple[str, str]:
     """
     engine = str(config.get("engine", "fast"))
     precision = str(config.get("precision", "fp32"))
-    if engine == "upstream" and precision != "fp32":
-        raise ConfigError(
-            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
-            "only; allowed: fp32 (or engine: fast)"
-        )
+    problem = engine_precision_problem(engine, precision)
+    if problem:
+        raise ConfigError(problem)
     if precision == "tf32" and not device.startswith("cuda") and not remote:
         raise ConfigError(
             f"config key 'precision' = 'tf32' needs a CUDA device (device resolves to "

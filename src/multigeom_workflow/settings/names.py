@@ -17,6 +17,8 @@ __all__ = [
     "PAPER_AREAS",
     "PAPER_ENCODERS",
     "TINYIMAGENET_DIR",
+    "configuration_label",
+    "parse_configuration_label",
 ]
 
 #: Encoders built by the workflow's embedded demo (see
@@ -38,3 +40,23 @@ N_PIXELS = 64 * 64
 MAX_SEED = 2**64 - 1
 #: The name of TinyImageNet's folder, inside the archive and on disk.
 TINYIMAGENET_DIR = "tiny-imagenet-200"
+
+
+def configuration_label(encoder: str, area: str) -> str:
+    """How metrics, figures and messages name a configuration, ``"<enc>/<area>"``."""
+    return f"{encoder}/{area}"
+
+
+def parse_configuration_label(label: str) -> tuple[str, str]:
+    """
+    The (encoder, area) of a `configuration_label`.
+
+    Raises
+    ------
+    ValueError
+        One line naming the label and the form allowed, ``<encoder>/<area>``.
+    """
+    encoder, sep, area = str(label).partition("/")
+    if not (sep and encoder and area) or "/" in area:
+        raise ValueError(f"configuration label {label!r}: allowed: <encoder>/<area>")
+    return encoder, area

@@ -1,0 +1,129 @@
+"""
+The demo's checks that surface in the run's output: `encoder_warnings` (an encoder too
+poor to inform the estimator) and `conditioning_sensitivity` (does a diffusion model's
+prediction depend on the responses at all).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["conditioning_sensitivity", "encoder_warnings"]
+
+
+def encoder_warnings(
+    label: str, metadata: dict, min_corr: float, figures: str
+) -> list[str]:
+    """
+    One warning line for an encoder too poor to inform the estimator, or none.
+
+    An encoder informs G(x) only if its responses vary across images well above the
+    observation noise and follow the area: the line is given when ``val_corr_clean`` is
+    below `min_corr` or ``response_std`` below ``noise_sigma`` (keys of the metadata
+    `fit_demo_encoder` saves; a missing key is not checked).
+
+    Parameters
+    ----------
+    label : str
+        The configuration, ``"<encoder>/<area>"``.
+    metadata : dict
+        The encoder's fit report.
+    min_corr : float
+        The least validation correlation with the area's noiseless responses.
+    figures : str
+        The figures whose lines of this configuration say little, named in the line.
+
+    Returns
+    -------
+    list of str
+        Zero or one line.
+    """
+    problems = []
+    corr, std = metadata.get("val_corr_clean"), metadata.get("response_std")
+    sigma = metadata.get("noise_sigma")
+    if corr is not None and not corr >= min_corr:
+        problems.append(
+            f"validation correlation {corr:.3f} with the area's noiseless responses "
+            f"< {min_corr} (demo.min_val_corr)"
+        )
+    if std is not None and sigma is not None and not std >= sigma:
+        problems.append(
+            f"response std {std:.3f} on the test images < sigma = {sigma} "
+            "(demo.noise_sigma)"
+        )
+    if not problems:
+        return []
+    return [
+        f"warning: encoder {label}: {' and '.join(problems)}: too low to inform the "
+        f"estimator; this configuration's lines in {figures} say little about it"
+    ]
+
+
+@torch.no_grad()
+def conditioning_sensitivity(
+    encoder,
+    unet,
+    alphas_cumprod: torch.Tensor,
+    images: torch.Tensor,
+    timesteps: list[int],
+    sigma: float,
+    seed: int = 0,
+) -> dict:
+    """
+    How much a conditional diffusion model's prediction depends on the responses.
+
+    For each timestep t and image x: x_t = sqrt(abar_t) x + sqrt(1 - abar_t) z and
+    r1, r2 = f(x) + sigma xi (two draws, as the pair of Algorithm 1, Azeglio et al.
+    2026); ``pair`` is the mean over images of
+    ||eps(x_t, t, r1) - eps(x_t, t, r2)|| / ||eps(x_t, t, r1)||, and ``other_image``
+    the same with r2 drawn around the responses to another image (a cyclic shift of
+    the batch). A model that ignores its conditioning gives 0 for both.
+
+    Parameters
+    ----------
+    encoder : torch.nn.Module
+        f: images (B, 1, 64, 64) -> responses (B, N).
+    unet : torch.nn.Module
+        eps_theta(x_t, t, r).
+    alphas_cumprod : torch.Tensor
+        Of shape (T,), the schedule.
+    images : torch.Tensor
+        Of shape (B, 1, 64, 64), pixels in [-1, 1], B >= 2.
+    timesteps : list of int
+        The estimator's timesteps.
+    sigma : float
+        The observation noise.
+    seed : int
+        Seeds z and xi.
+
+    Returns
+    -------
+    dict
+        ``timesteps``, ``pair`` and ``other_image`` (one value per timestep), and their
+        means ``pair_mean``, ``other_image_mean``.
+    """
+    encoder.eval()
+    unet.eval()
+    gen = torch.Generator().manual_seed(seed)
+    mu = encoder(images)
+    pair, other = [], []
+    for t in timesteps:
+        abar = alphas_cumprod[t].cpu()
+        z = torch.randn(images.shape, generator=gen)
+        x_t = abar.sqrt() * images + (1 - abar).sqrt() * z
+        t_batch = torch.full((len(images),), int(t), dtype=torch.long)
+        r1, r2, r3 = (mu + sigma * torch.randn(mu.shape, generator=gen) for _ in "123")
+        eps1 = unet(x_t, t_batch, r1).flatten(1)
+        eps2 = unet(x_t, t_batch, r2).flatten(1)
+        eps3 = unet(x_t, t_batch, r3.roll(1, dims=0)).flatten(1)
+        norm = eps1.norm(dim=1)
+        pair.append(float(((eps1 - eps2).norm(dim=1) / norm).mean()))
+        other.append(float(((eps1 - eps3).norm(dim=1) / norm).mean()))
+    return {
+        "timesteps": [int(t) for t in timesteps],
+        "pair": pair,
+        "other_image": other,
+        "pair_mean": float(np.mean(pair)),
+        "other_image_mean": float(np.mean(other)),
+    }
