@@ -7,7 +7,7 @@ rule verify_per_image_files:
     input:
         get_checked_files,
     output:
-        f"{RUNS}/metrics/per_image_checked.tsv",
+        LAYOUT.per_image_checked,
     params:
         expected=get_expected_per_image(),
         image_files=SCENARIO.test_image_files[: SCENARIO.n_images],
@@ -24,7 +24,7 @@ rule align_configs:
         checked=rules.verify_per_image_files.output[0],
     output:
         report(
-            f"{RUNS}/metrics/cross_encoder_metrics.json",
+            LAYOUT.stage5_metrics,
             caption="../report/metrics_json.rst",
             category="Stage 5",
             labels={"table": "metrics file (JSON)"},

@@ -8,6 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 try:
     from multigeom_workflow import snakemake_hooks as hooks
+    from multigeom_workflow.settings.layout import WILDCARD_CONSTRAINTS
 except ImportError as err:
     raise WorkflowError(
         f"the workflow's packages are not installed ({err}): run `pip install -e . "
@@ -17,8 +18,8 @@ except ImportError as err:
 # the schema (config/schemas/config.schema.yaml), the file-system checks, and the rest
 RUN = hooks.start(workflow, config)
 SCENARIO = RUN.scenario
+LAYOUT = SCENARIO.layout  # every path of the run (multigeom_workflow.settings.layout)
 RUNS = SCENARIO.runs_dir
-RESULTS = config["results_dir"].rstrip("/")
 DEMO = config["demo"]
 # The figure's references (rules/science.smk): the Monte-Carlo noise ceiling (a second
 # estimate of the first `noise_ceiling_images` images of every configuration, other
@@ -28,9 +29,7 @@ DEMO_CONFIGS = [c for c in SCENARIO.configurations if c.is_demo]
 
 
 wildcard_constraints:
-    encoder="[A-Za-z0-9_]+",
-    area="[A-Za-z0-9_]+",
-    index=r"\d\d\d\d+",
+    **WILDCARD_CONSTRAINTS,
 
 
 def get_final_outputs():
@@ -42,18 +41,18 @@ def get_final_outputs():
     Without two comparable configurations (`Scenario.stage5_skipped`), the per-image
     files, their check and the references that need no comparison.
     """
-    checked = [*get_checked_files(), f"{RUNS}/metrics/per_image_checked.tsv"]
+    checked = [*get_checked_files(), LAYOUT.per_image_checked]
     if SCENARIO.stage5_skipped:
         return [*checked, *get_science_outputs()]
     return [
         *checked,
-        f"{RUNS}/metrics/cross_encoder_metrics.json",
-        f"{RESULTS}/fig4de.png",
-        f"{RESULTS}/fig4de.pdf",
+        LAYOUT.stage5_metrics,
+        LAYOUT.result("fig4de.png"),
+        LAYOUT.result("fig4de.pdf"),
         # the report's tables (rules/report.smk)
-        f"{RESULTS}/report/stage5_metrics.html",
-        f"{RESULTS}/report/progress.html",
-        f"{RESULTS}/report/settings.html",
+        LAYOUT.result("report/stage5_metrics.html"),
+        LAYOUT.result("report/progress.html"),
+        LAYOUT.result("report/settings.html"),
         *get_science_outputs(),  # rules/science.smk: noise ceiling, ground truth
     ]
 
@@ -123,7 +122,7 @@ def get_truth_files():
     """The ground-truth files of the demo areas of the run, first n_images images."""
     areas = dict.fromkeys(c.area for c in DEMO_CONFIGS)
     return [
-        f"{RUNS}/ground_truth/{a}/img{i:04d}.pt"
+        LAYOUT.truth_file(a, i)
         for a in areas
         for i in range(SCENARIO.n_images)
     ]
@@ -133,13 +132,13 @@ def get_science_outputs():
     """The reference targets of the run (added to rule all's)."""
     out = []
     if CEILING_IMAGES:
-        out.append(f"{RUNS}/metrics/noise_ceiling.json")
+        out.append(LAYOUT.noise_ceiling)
     if DEMO_CONFIGS:
         out += [
-            f"{RUNS}/diffusion/{c.encoder}/{c.area}/conditioning.json"
+            LAYOUT.conditioning_report(c.encoder, c.area)
             for c in DEMO_CONFIGS
         ]
-        out += [f"{RESULTS}/ground_truth.png", f"{RESULTS}/ground_truth.pdf"]
+        out += [LAYOUT.result("ground_truth.png"), LAYOUT.result("ground_truth.pdf")]
     return out
 
 

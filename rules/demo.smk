@@ -6,7 +6,7 @@ from multigeom_workflow.settings.names import DEMO_AREAS, DEMO_ENCODERS
 from multigeom_workflow.inputs.images import DEMO_TEST_PHOTOS
 
 # The figures whose lines a poor encoder empties of meaning, named in its warning.
-SCIENCE_FIGURES = f"{RESULTS}/fig4de.png and {RESULTS}/ground_truth.png"
+SCIENCE_FIGURES = " and ".join(map(LAYOUT.result, ("fig4de.png", "ground_truth.png")))
 
 # At the start of every run, one line per configuration whose encoder, already fitted,
 # is too poor to inform the estimator (a fit in this run prints it when it ends).
@@ -17,7 +17,7 @@ rule export_demo_photos:
     localrule: True
     output:
         [
-            f"{RUNS}/demo/test_images/img{i:04d}.png"
+            LAYOUT.demo_test_image(i)
             for i in range(len(DEMO_TEST_PHOTOS))
         ],
     log:
@@ -70,8 +70,8 @@ rule fit_demo_encoder:
         # every demo photograph (a fixed list: changing n_images refits nothing)
         test_images=ancient(rules.export_demo_photos.output),
     output:
-        encoder=f"{RUNS}/encoders/{{encoder}}/{{area}}/best_model.pt",
-        report=f"{RUNS}/encoders/{{encoder}}/{{area}}/fit_report.json",
+        encoder=LAYOUT.encoder_ckpt_pattern,
+        report=LAYOUT.fit_report("{encoder}", "{area}"),
     wildcard_constraints:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
@@ -96,7 +96,7 @@ rule train_demo_diffusion:
         crops=rules.cut_training_crops.output[0],
         encoder=rules.fit_demo_encoder.output.encoder,
     output:
-        f"{RUNS}/diffusion/{{encoder}}/{{area}}/final_model.pt",
+        LAYOUT.diffusion_ckpt_pattern,
     wildcard_constraints:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
@@ -120,7 +120,7 @@ rule check_conditioning:
         encoder=rules.fit_demo_encoder.output.encoder,
         diffusion=rules.train_demo_diffusion.output[0],
     output:
-        f"{RUNS}/diffusion/{{encoder}}/{{area}}/conditioning.json",
+        LAYOUT.conditioning_report("{encoder}", "{area}"),
     wildcard_constraints:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
@@ -145,7 +145,7 @@ rule area_fisher:
         area=rules.simulate_area.output[0],
         image=lambda w: SCENARIO.test_image_files[int(w.index)],
     output:
-        f"{RUNS}/ground_truth/{{area}}/img{{index}}.pt",
+        LAYOUT.truth_pattern,
     wildcard_constraints:
         area="|".join(DEMO_AREAS),
     params:

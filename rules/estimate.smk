@@ -24,7 +24,7 @@ rule estimate_image:
     input:
         unpack(get_estimate_inputs),
     output:
-        f"{RUNS}/per_image/{{encoder}}/{{area}}/img{{index}}.pt",
+        LAYOUT.per_image_pattern,
     params:
         # the configuration's seed applied (config key monte_carlo_seeds; shared: one
         # dict for all, no function to call per job)
@@ -35,9 +35,9 @@ rule estimate_image:
         ),
         diffusion=SCENARIO.diffusion,
     log:
-        "logs/estimate_image/{encoder}/{area}/img{index}.log",
+        LAYOUT.job_log_pattern("estimate_image"),
     benchmark:
-        "logs/benchmarks/estimate_image/{encoder}/{area}/img{index}.tsv"
+        LAYOUT.job_benchmark_pattern("estimate_image")
     group:
         get_shard if RUN.sharded else None
     threads: 1

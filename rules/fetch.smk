@@ -17,7 +17,7 @@ if HUB["source"] == "hub":
     rule fetch_encoder:
         localrule: True
         output:
-            f"{RUNS}/encoders/{{encoder}}/{{area}}/best_model.pt",
+            LAYOUT.encoder_ckpt_pattern,
         wildcard_constraints:
             encoder="|".join(PAPER_ENCODERS),
             area="|".join(PAPER_AREAS),
@@ -34,7 +34,7 @@ if HUB["source"] == "hub":
     rule fetch_diffusion:
         localrule: True
         output:
-            f"{RUNS}/diffusion/{{encoder}}/{{area}}/final_model.pt",
+            LAYOUT.diffusion_ckpt_pattern,
         wildcard_constraints:
             encoder="|".join(PAPER_ENCODERS),
             area="|".join(PAPER_AREAS),

@@ -8,12 +8,12 @@ rule plot_fig4de:
         **({"ceiling": rules.align_ceiling.output[0]} if CEILING_IMAGES else {}),
     output:
         png=report(
-            f"{RESULTS}/fig4de.png",
+            LAYOUT.result("fig4de.png"),
             caption="../report/fig4de.rst",
             category="Figure",
             labels={"figure": "Fig. 4D-E"},
         ),
-        pdf=f"{RESULTS}/fig4de.pdf",
+        pdf=LAYOUT.result("fig4de.pdf"),
     params:
         seeds=SCENARIO.monte_carlo_seeds,  # said in the figure's title
     log:

@@ -11,20 +11,20 @@ rule summarize_run:
         per_image=get_per_image_files,
     output:
         metrics=report(
-            f"{RESULTS}/report/stage5_metrics.html",
+            LAYOUT.result("report/stage5_metrics.html"),
             caption="../report/stage5_metrics.rst",
             category="Stage 5",
             labels={"table": "alignment A_k per pair"},
         ),
-        metrics_csv=f"{RESULTS}/report/stage5_metrics.csv",
+        metrics_csv=LAYOUT.result("report/stage5_metrics.csv"),
         progress=report(
-            f"{RESULTS}/report/progress.html",
+            LAYOUT.result("report/progress.html"),
             caption="../report/progress.rst",
             category="Run",
             labels={"table": "progress and seconds per image"},
         ),
         settings=report(
-            f"{RESULTS}/report/settings.html",
+            LAYOUT.result("report/settings.html"),
             caption="../report/settings.rst",
             category="Run",
             labels={"table": "settings"},

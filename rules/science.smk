@@ -9,14 +9,14 @@ use rule estimate_image as estimate_image_ceiling with:
     # The per-image job of rules/estimate.smk, with the estimator seeded with
     # seed + 10**6 + i: a second, independent Monte-Carlo estimate of image i.
     output:
-        f"{RUNS}/per_image_ceiling/{{encoder}}/{{area}}/img{{index}}.pt",
+        LAYOUT.ceiling_pattern,
     params:
         estimator=ceiling_estimator(SCENARIO.estimator),
         diffusion=SCENARIO.diffusion,
     log:
-        "logs/estimate_image_ceiling/{encoder}/{area}/img{index}.log",
+        LAYOUT.job_log_pattern("estimate_image_ceiling"),
     benchmark:
-        "logs/benchmarks/estimate_image_ceiling/{encoder}/{area}/img{index}.tsv"
+        LAYOUT.job_benchmark_pattern("estimate_image_ceiling")
 
 
 # A profile's `set-resources` for estimate_image hold for these jobs too.
@@ -30,7 +30,7 @@ rule align_ceiling:
         second=get_ceiling_files("second"),
         checked=rules.verify_per_image_files.output[0],  # both estimates are good
     output:
-        f"{RUNS}/metrics/noise_ceiling.json",
+        LAYOUT.noise_ceiling,
     params:
         max_k=SCENARIO.top_k,
     log:
@@ -48,7 +48,7 @@ rule align_truth:
         truth=get_truth_files(),
         checked=rules.verify_per_image_files.output[0],  # the per-image files are good
     output:
-        f"{RUNS}/metrics/ground_truth.json",
+        LAYOUT.truth_metrics,
     params:
         max_k=SCENARIO.top_k,
     log:
@@ -65,12 +65,12 @@ rule plot_ground_truth:
         truth=rules.align_truth.output[0],
     output:
         png=report(
-            f"{RESULTS}/ground_truth.png",
+            LAYOUT.result("ground_truth.png"),
             caption="../report/ground_truth.rst",
             category="Figure",
             labels={"figure": "Ground truth"},
         ),
-        pdf=f"{RESULTS}/ground_truth.pdf",
+        pdf=LAYOUT.result("ground_truth.pdf"),
     log:
         "logs/plot_ground_truth.log",
     benchmark:
