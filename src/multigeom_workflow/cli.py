@@ -91,10 +91,11 @@ def install_profiles(profiles_dir: Path, target: Path | None = None) -> list[Pat
     return links
 
 
-def planned_progress(args) -> tuple[dict, dict]:
+def planned_progress(args) -> tuple[dict, dict, set]:
     """
     Per configuration (encoder, area): (per-image files not to be computed, n_images)
-    and the same for the noise ceiling's second estimates, from Snakemake's own plan:
+    and the same for the noise ceiling's second estimates, and the per-image files
+    planned, from Snakemake's own plan:
     a dry run of the workflow (``snakemake -n --quiet``, the same config arguments)
     that writes the plan it counted (`snakemake_hooks.PLAN_FILE_ENV`), so that
     progress says what the dry run's estimate says and Snakemake will run.
@@ -132,10 +133,11 @@ def planned_progress(args) -> tuple[dict, dict]:
             tail = " | ".join(result.stderr.strip().splitlines()[-3:])
             raise ConfigError(f"the dry run that counts the plan failed: {tail}")
         data = json.loads(plan.read_text())
-    return tuple(
+    done, ceiling = (
         {(enc, area): (n, total) for enc, area, n, total in data[kind]}
         for kind in ("per_image", "ceiling")
     )
+    return done, ceiling, set(data["planned"])
 
 
 def cmd_progress(scenario: Scenario, args) -> int:
@@ -151,11 +153,11 @@ def cmd_progress(scenario: Scenario, args) -> int:
         print(f"on Modal volume {args.modal_volume!r}, folder {prefix!r}:")
         print("(finished there; the next run with the same settings reuses them)")
     else:
-        done, ceiling = planned_progress(args)
+        done, ceiling, planned = planned_progress(args)
         # Files Snakemake will not recompute but that are bad (written after the
         # last check before Stage 5): that check sets them aside, the next run
         # recomputes them. Not done.
-        bad = bad_per_image_files(scenario)
+        bad = [(f, p) for f, p in bad_per_image_files(scenario) if f not in planned]
         for f, _ in bad:
             counts = ceiling if "per_image_ceiling" in Path(f).parts else done
             enc, area, _ = parse_image_file(f)

@@ -531,11 +531,13 @@ def estimate_text(workflow, run: Run, planned) -> list[str]:
 def write_plan_file(path: str, run: Run, planned) -> None:
     """The plan as `multigeom-workflow progress` reads it (JSON, `PLAN_FILE_ENV`)."""
     done, ceiling, _ = plan_counts(run.scenario, planned)
+    files = _planned_files(run.scenario, planned)
     Path(path).write_text(
         json.dumps(
             {
                 "per_image": [[*k, *v] for k, v in done.items()],
                 "ceiling": [[*k, *v] for k, v in ceiling.items()],
+                "planned": [f for fs in files.values() for f in fs],
             }
         )
     )
