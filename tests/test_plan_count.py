@@ -149,3 +149,20 @@ def test_progress_counts_what_snakemake_plans(tiny_copy):
     )
     assert changed.stdout.splitlines()[-1] == "all                           0 / 12"
     shutil.rmtree(tiny_copy / ".snakemake", ignore_errors=True)
+
+
+def test_another_image_source_is_counted(tiny_copy, tmp_path):
+    """The demo's photos, copied into a folder: other input files for every job."""
+    import yaml
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i in range(2):
+        shutil.copy(tiny_copy / f"runs/demo/test_images/img{i:04d}.png", folder)
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["test_images"] = {"source": "folder", "path": str(folder)}
+    configfile = tmp_path / "folder.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    result = dry(tiny_copy, configfile=configfile)
+    # Snakemake's "input" trigger: every per-image job has another image file
+    assert header_left(result) == 12
