@@ -218,3 +218,84 @@ def test_every_modal_name_in_the_plugin_is_in_the_contract():
         used |= modal_names(ast.parse(f.read_text()))
     assert used, "no Modal name found: the check is broken"
     assert used <= covered, used - covered
+
+
+def _raise(exc):
+    raise exc
+
+
+def _as_the_real_client_raises_it(exc: BaseException) -> BaseException:
+    """`exc` as Modal 1.6 hands a container's exception back: its traceback extracted
+    in the container (``extract_traceback``), then the exception unpickled and given
+    that traceback by the client (``append_modal_tb``), both of modal/_traceback.py."""
+    real_modal()
+    import pickle
+
+    from modal._traceback import append_modal_tb, extract_traceback
+
+    try:
+        _raise(exc)
+    except BaseException as e:
+        tb_dict, line_cache = extract_traceback(e, "ta-01TEST")
+        again = pickle.loads(pickle.dumps(e))
+    append_modal_tb(again, tb_dict, line_cache)
+    return again
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        TimeoutError("commit timed out"),
+        OSError(110, "Connection timed out"),
+        OSError(104, "Connection reset by peer"),
+        "modal.exception.ConnectionError",
+    ],
+)
+def test_an_exception_from_the_container_is_told_from_the_clients(exc):
+    """The marks the plugin reads are the ones the real client sets; the client's own
+    exceptions (transport errors, poll_function's bare TimeoutError) carry none."""
+    modal = real_modal()
+    from snakemake_executor_plugin_modal.calls import ContainerCall, raised_in_container
+
+    if isinstance(exc, str):
+        exc = modal.exception.ConnectionError("Deadline exceeded")
+    remote = _as_the_real_client_raises_it(exc)
+    assert type(remote) is type(exc)
+    assert raised_in_container(remote)
+    assert not raised_in_container(exc)
+    try:
+        _raise(type(exc)(*exc.args))
+    except BaseException as local:
+        assert not raised_in_container(local)
+
+    class Call:
+        object_id = "fc-x"
+
+        def get(self, timeout=None):
+            raise remote
+
+    outcome = ContainerCall(Call(), None, 60, warn=pytest.fail).poll()
+    assert not outcome.ok and outcome.remote
+    assert f"the container raised {type(exc).__name__}" in outcome.message
+
+
+def test_the_fake_marks_a_containers_exception_as_modal_does(fake_modal, monkeypatch):
+    from snakemake_executor_plugin_modal.calls import raised_in_container
+
+    # the container imports this module (tests.test_contract) from the plugin's folder
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
+    app = fake_modal.App("t")
+    f = app.function()(_raising_job)
+    with app.run():
+        call = f.spawn("ETIMEDOUT")
+        with pytest.raises(TimeoutError, match="Errno 110") as info:
+            call.get(timeout=60)
+    assert raised_in_container(info.value)
+
+
+def _raising_job(kind: str):
+    import errno
+
+    if kind == "ETIMEDOUT":
+        raise OSError(errno.ETIMEDOUT, "Connection timed out")
+    return kind

@@ -345,3 +345,37 @@ rule default_gpu:
     result = run_snakemake(tmp_path, over)
     assert result.returncode != 0
     assert "resource modal_max_cost_usd=0.05: 0.00 USD spent" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("fault", "raised"),
+    [
+        ("TimeoutError", "TimeoutError: commit timed out"),  # Python's, not "running"
+        ("ETIMEDOUT", "TimeoutError: [Errno 110]"),  # OSError(ETIMEDOUT) is one too
+        ("OSError", "ConnectionResetError: [Errno 104]"),
+        ("ConnectionError", "ConnectionError: Deadline exceeded"),  # Modal's own
+    ],
+)
+def test_an_error_raised_in_the_container_is_the_jobs_failure(
+    fake_modal, tmp_path, fault, raised
+):
+    """Modal raises a container's exception again here with its own class: whatever
+    the class, it is the job's failure, shown with its log's tail at once, never
+    taken for "still running" or "Modal could not be reached"."""
+    started = time.monotonic()
+    result = run_snakemake(
+        tmp_path,
+        SLOW,
+        "--config",
+        "sleep=0",
+        # the first commit (outputs and the log) goes through, the last one raises
+        env={"FAKE_MODAL_COMMIT_ERROR": fault, "FAKE_MODAL_COMMIT_ERROR_AFTER": "1"},
+        timeout=120,
+    )
+    assert time.monotonic() - started < 100
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"the container raised {raised}" in text
+    assert "status not readable" not in text and "could not be reached" not in text
+    assert "last lines of its log (whole log:" in text
+    assert "Building DAG of jobs" in text  # the container's log tail

@@ -143,6 +143,13 @@ def test_poll_tolerates_transport_errors_for_a_bounded_while(fake_modal):
     gone = ContainerCall(_Call(lost, lost), None, 60, warn=warnings.append, grace_s=0)
     outcome = gone.poll()
     assert not outcome.ok and "could not be reached" in outcome.message
+    assert outcome.given_up
+    # a socket's timeout (an OSError with ETIMEDOUT is a TimeoutError) is a transport
+    # error, bounded; only poll_function's bare TimeoutError() means "running"
+    socket_timeout = OSError(110, "Connection timed out")
+    assert isinstance(socket_timeout, TimeoutError)
+    cut = ContainerCall(_Call(socket_timeout), None, 60, warn=print, grace_s=0)
+    assert "could not be reached" in cut.poll().message
 
 
 def test_poll_takes_expired_output_as_a_failure(fake_modal):

@@ -8,7 +8,9 @@ against a budget.
 from __future__ import annotations
 
 import math
+import re
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,6 +26,7 @@ __all__ = [
     "Ledger",
     "Outcome",
     "RunApp",
+    "raised_in_container",
     "transport_errors",
 ]
 
@@ -36,16 +39,21 @@ TRANSPORT_GRACE_S = 600.0
 
 def transport_errors() -> tuple[type[BaseException], ...]:
     """
-    Exceptions that mean "Modal could not be asked", not "the call failed": the
-    client's network (``OSError``, which includes Python's ``ConnectionError``),
-    Modal's ``ConnectionError``, ``InternalError`` and ``ServiceError`` (server side,
-    retryable), and grpclib's transport errors (Modal 1.6 speaks gRPC through grpclib).
+    Exceptions that, raised by the client itself (not in the container: see
+    :func:`raised_in_container`), mean "Modal could not be asked", not "the call
+    failed": the client's network (``OSError``, which includes Python's
+    ``ConnectionError`` and a socket's ``TimeoutError``), Modal's ``ConnectionError``
+    (what ``modal/_utils/grpc_utils.py`` raises once its retries of an ``OSError`` are
+    spent), its ``TimeoutError`` (``RetryTimeoutError`` there, once the total deadline
+    is spent), ``InternalError`` and ``ServiceError`` (server side, retryable), and
+    grpclib's transport errors (Modal 1.6 speaks gRPC through grpclib).
     """
     import modal.exception
 
     errors = [
         OSError,
         modal.exception.ConnectionError,
+        modal.exception.TimeoutError,
         modal.exception.InternalError,
         modal.exception.ServiceError,
     ]
@@ -56,6 +64,46 @@ def transport_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # the fake backend has no grpclib
         pass
     return tuple(errors)
+
+
+#: How Modal names the frames of a traceback that come from a container: the file name
+#: prefixed with ``<task id>:`` (``extract_traceback`` in ``modal/_traceback.py``).
+_CONTAINER_FRAME = re.compile(r"^<ta-[^>]*>:")
+
+
+def raised_in_container(exc: BaseException) -> bool:
+    """
+    Whether an exception that ``FunctionCall.get`` raised was raised in the container
+    (and pickled there, then raised again here with its own class), not by the client.
+
+    Modal 1.6 marks such an exception in two ways, both copied here: its container
+    prefixes the traceback's file names with ``<task id>:`` (``extract_traceback``,
+    ``modal/_traceback.py``, called by ``pickle_traceback`` in
+    ``modal/_serialization.py`` from ``_runtime/container_io_manager.py``), and the
+    client that raises it again gives it a ``__line_cache__`` attribute
+    (``append_modal_tb``, ``modal/_traceback.py``, from ``_process_result`` in
+    ``modal/_utils/function_utils.py``). An exception of the client's own (a transport
+    error, ``poll_function``'s ``TimeoutError``) has neither.
+
+    Parameters
+    ----------
+    exc : BaseException
+        What ``FunctionCall.get`` raised.
+
+    Returns
+    -------
+    bool
+    """
+    if getattr(exc, "__line_cache__", None) is not None:
+        return True
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if _CONTAINER_FRAME.match(frame.filename or ""):
+            return True
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 @dataclass
@@ -73,11 +121,18 @@ class Outcome:
     result : dict or None
         What :func:`~snakemake_executor_plugin_modal.container.run_job` returned, if it
         returned.
+    remote : bool
+        The call ended with an exception raised in the container.
+    given_up : bool
+        The call's status could not be read for the whole grace period: it may still
+        run (the executor cancels it).
     """
 
     ok: bool
     message: str = ""
     result: dict | None = None
+    remote: bool = False
+    given_up: bool = False
 
 
 class RunApp:
@@ -239,31 +294,57 @@ class ContainerCall:
         """
         The outcome if the call has ended, else None; never blocks.
 
-        ``FunctionCall.get(timeout=0)`` raises Python's ``TimeoutError`` while the call
-        runs (``modal._functions``, Modal 1.x); Modal's own ``TimeoutError`` is taken
-        the same way, except its subclasses ``FunctionTimeoutError`` (the container ran
-        past its timeout) and ``OutputExpiredError`` (the result is gone): failures. A
-        transport error (:func:`transport_errors`) counts as running, reported, for at
-        most ``grace_s`` seconds in a row.
-        """
-        import modal.exception
+        What ``FunctionCall.get(timeout=0)`` raised is classified by where it came
+        from (:func:`raised_in_container`):
 
+        - raised in the container (Modal pickles it there and raises it again here
+          with its own class: ``TimeoutError``, ``OSError``, even
+          ``modal.exception.ConnectionError``): the job's failure, whatever its class;
+        - ``FunctionTimeoutError`` (the container ran past its timeout),
+          ``OutputExpiredError`` (the result is gone), ``InternalFailure``,
+          ``RemoteError``, ``ExecutionError``: failures;
+        - the bare builtin ``TimeoutError()`` that ``_FunctionCall.poll_function``
+          raises when no output is there yet (``modal/_functions.py``): running;
+        - a client-side transport error (:func:`transport_errors`): running, reported,
+          for at most ``grace_s`` seconds in a row, then a failure;
+        - anything else: a failure.
+        """
         try:
             result = self.call.get(timeout=0)
-        except modal.exception.FunctionTimeoutError:
+        except Exception as e:  # classified below; nothing is let through
+            return self._outcome_of(e)
+        self._unreachable_since = None
+        ok = result["returncode"] == 0
+        message = (
+            "" if ok else f"the job's command exited with status {result['returncode']}"
+        )
+        self.ended = time.monotonic()
+        return Outcome(ok, message, result)
+
+    def _outcome_of(self, e: Exception) -> Outcome | None:
+        """The outcome that an exception raised by ``get`` stands for (see poll)."""
+        import modal.exception
+
+        if raised_in_container(e):
+            outcome = Outcome(
+                False,
+                f"the container raised {type(e).__name__}: {_first_line(e)}",
+                remote=True,
+            )
+        elif isinstance(e, modal.exception.FunctionTimeoutError):
             outcome = Outcome(
                 False, f"the container ran past its timeout of {self.timeout_s} s"
             )
-        except modal.exception.OutputExpiredError:
+        elif isinstance(e, modal.exception.OutputExpiredError):
             outcome = Outcome(
                 False,
                 "Modal no longer holds the call's result (OutputExpiredError); its "
                 "committed files are on the volume and are reused by a retry",
             )
-        except (TimeoutError, modal.exception.TimeoutError):
+        elif type(e) is TimeoutError and not e.args:  # poll_function: no output yet
             self._unreachable_since = None
             return None
-        except transport_errors() as e:
+        elif isinstance(e, transport_errors()):
             now = time.monotonic()
             since = self._unreachable_since = self._unreachable_since or now
             if now - since < self.grace_s:
@@ -277,20 +358,12 @@ class ContainerCall:
                 False,
                 f"Modal could not be reached for {self.grace_s:.0f} s "
                 f"({type(e).__name__}: {e}); the call is given up",
+                given_up=True,
             )
-        except Exception as e:  # a remote exception, a lost container
-            first = (str(e).strip().splitlines() or [""])[0]
+        else:  # Modal's own verdict: a lost container, an internal failure
             outcome = Outcome(
-                False, f"the Modal call failed: {type(e).__name__}: {first}"
+                False, f"the Modal call failed: {type(e).__name__}: {_first_line(e)}"
             )
-        else:
-            ok = result["returncode"] == 0
-            message = (
-                ""
-                if ok
-                else f"the job's command exited with status {result['returncode']}"
-            )
-            outcome = Outcome(ok, message, result)
         self.ended = time.monotonic()
         return outcome
 

@@ -45,10 +45,12 @@ touching files changed locally. Unlike real Modal the view is NOT committed when
 container exits: a function that forgets ``commit()`` loses its outputs, which the
 fake makes visible on purpose. Clients see committed files only.
 
-Calls. ``FunctionCall.get`` returns the JSON value; a raised exception becomes
-``RemoteError`` (type name, message and remote traceback in the message; real Modal
-re-raises the original class when it can). A container running longer than
-``timeout`` is killed (``FunctionTimeoutError``); ``cancel()`` and leaving
+Calls. ``FunctionCall.get`` returns the JSON value; an exception raised in the
+container is pickled there and raised again here with its own class, marked with
+``__line_cache__`` (as Modal does: ``modal/_utils/function_utils.py``
+``_process_result``, ``modal/_traceback.py`` ``append_modal_tb``). A container
+running longer than ``timeout`` is killed (``FunctionTimeoutError``); ``cancel()``
+and leaving
 ``app.run()`` kill the process group, and a container that dies without a result
 gives ``ExecutionError``. When a container's main process ends, whatever else is left
 in its process group is killed (container teardown).
@@ -66,6 +68,10 @@ fallback time): preempt as soon as every pattern matches a file, e.g. a file com
 to the volume.
 ``FAKE_MODAL_GET_ERRORS=<n>``: the first n ``FunctionCall.get`` of each call raise
 ``modal.exception.ConnectionError`` (a client transport error; the call goes on).
+``FAKE_MODAL_COMMIT_ERROR=<name>`` (``TimeoutError``, ``ETIMEDOUT``, ``OSError``,
+``ConnectionError``) with ``FAKE_MODAL_COMMIT_ERROR_AFTER=<n>`` (default 0):
+``Volume.commit()`` in a container raises it after n commits went through (an error
+raised in the container, which ``get`` raises again with its class).
 ``FAKE_MODAL_SPAWN_ERRORS=<n>``: the first n ``Function.spawn`` of the client process
 raise ``modal.exception.ConnectionError`` (nothing started).
 ``FAKE_MODAL_OUTPUT_EXPIRED=1``: ``get`` of a finished call raises
@@ -84,8 +90,10 @@ client's interpreter and PYTHONPATH), retries (recorded only), serialized functi
 from __future__ import annotations
 
 import atexit
+import base64
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -108,7 +116,6 @@ from .exception import (
     InvalidError,
     NotFoundError,
     OutputExpiredError,
-    RemoteError,
 )
 from .volume import FileEntry, FileEntryType, Volume, _make_view
 
@@ -457,6 +464,9 @@ class Function:
             "MODAL_TASK_ID": "ta-fake-" + call_id[3:15],
         }
         env.update({k: _remap(str(v), mapping) for k, v in extra_env.items()})
+        for fault in ("FAKE_MODAL_COMMIT_ERROR", "FAKE_MODAL_COMMIT_ERROR_AFTER"):
+            if os.environ.get(fault):  # fault injection, read in the container
+                env[fault] = os.environ[fault]
 
         spec = {
             "module": self.__module__,
@@ -674,11 +684,10 @@ class FunctionCall:
             self._get_errors -= 1
             raise ConnectionError("Deadline exceeded (fake transport error)")
         if not self._done.wait(timeout):
-            # real Modal 1.x raises Python's TimeoutError here (modal._functions),
+            # real Modal 1.x raises Python's TimeoutError here, bare (``raise
+            # TimeoutError()`` in _FunctionCall.poll_function, modal/_functions.py),
             # not modal.exception.TimeoutError
-            raise TimeoutError(
-                f"function call {self._id} still running after {timeout}s"
-            )
+            raise TimeoutError()
         if self._expired:
             raise OutputExpiredError()
         result_path = self._cdir / "result.json"
@@ -686,10 +695,7 @@ class FunctionCall:
         if result is not None and (self._proc.returncode == 0 or self._reason is None):
             if result["ok"]:
                 return _remap(result["value"], self._unmap)
-            raise RemoteError(
-                f"{result['type']}: {result['message']}\n\n"
-                f"Remote traceback:\n{result['traceback']}"
-            )
+            raise _remote_exception(result)
         where = f"container for {self._id} (log: {self._cdir / 'container.log'})"
         if self._reason == "timeout":
             raise FunctionTimeoutError(
@@ -712,6 +718,27 @@ class FunctionCall:
             f"{where} exited without a result (preempted or killed); "
             f"exit status {self._proc.returncode}"
         )
+
+
+def _remote_exception(result: dict) -> BaseException:
+    """
+    The exception a container raised, to be raised again here with its own class, as
+    ``_process_result`` in ``modal/_utils/function_utils.py`` does: unpickled (an
+    error doing so is an ``ExecutionError`` holding the remote traceback), and marked
+    by ``append_modal_tb`` (``modal/_traceback.py``) with ``__line_cache__``, the
+    container's traceback lines keyed by ``(<task id>:file, line number)``.
+    """
+    try:
+        exc = pickle.loads(base64.b64decode(result["pickled"]))
+    except Exception as deser_exc:
+        return ExecutionError(
+            "Could not deserialize remote exception due to local error:\n"
+            f"{deser_exc}\nHere is the remote traceback:\n{result['traceback']}"
+        )
+    if not isinstance(exc, BaseException):
+        return ExecutionError(f"Got remote exception of incorrect type {type(exc)}")
+    exc.__line_cache__ = {(f, n): line for f, n, line in result["line_cache"]}
+    return exc
 
 
 @atexit.register

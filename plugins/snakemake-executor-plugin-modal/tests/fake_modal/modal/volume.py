@@ -205,6 +205,7 @@ class Volume:
         """
         if self._view is None:
             return
+        _commit_fault()
         committed = self._committed
         with locked(f"volume-{self.name}"):
             baseline = _load_baseline(self._view)
@@ -243,6 +244,33 @@ class Volume:
                     (self._view / rel).unlink(missing_ok=True)
                     del baseline[rel]
             _save_baseline(self._view, baseline)
+
+
+_COMMITS = {"done": 0}
+
+
+def _commit_fault() -> None:
+    """
+    Fault injection in a container (``FAKE_MODAL_COMMIT_ERROR``, after
+    ``FAKE_MODAL_COMMIT_ERROR_AFTER`` commits): what a commit can raise there, Python's
+    ``TimeoutError`` or ``OSError`` or Modal's ``ConnectionError`` (what
+    ``modal/_utils/grpc_utils.py`` raises once its retries are spent).
+    """
+    import errno
+
+    from .exception import ConnectionError as ModalConnectionError
+
+    name = os.environ.get("FAKE_MODAL_COMMIT_ERROR")
+    after = int(os.environ.get("FAKE_MODAL_COMMIT_ERROR_AFTER") or 0)
+    if not name or _COMMITS["done"] < after:
+        _COMMITS["done"] += 1
+        return
+    raise {
+        "TimeoutError": TimeoutError("commit timed out (fake fault)"),
+        "ETIMEDOUT": OSError(errno.ETIMEDOUT, "Connection timed out (fake fault)"),
+        "OSError": OSError(errno.ECONNRESET, "Connection reset by peer (fake fault)"),
+        "ConnectionError": ModalConnectionError("Deadline exceeded (fake fault)"),
+    }[name]
 
 
 class _BatchUpload:
