@@ -379,3 +379,25 @@ def test_an_error_raised_in_the_container_is_the_jobs_failure(
     assert "status not readable" not in text and "could not be reached" not in text
     assert "last lines of its log (whole log:" in text
     assert "Building DAG of jobs" in text  # the container's log tail
+
+
+def test_a_failed_upload_is_sent_again_by_the_retry(fake_modal, tmp_path):
+    """The first batch upload fails in the middle: that job's error, and its retry
+    in the same run sends the files again (the container finds its input)."""
+    snakefile = """
+rule all:
+    input: "out.txt"
+
+rule copy:
+    input: "in.txt"
+    output: "out.txt"
+    shell: "cp {input} {output}"
+"""
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "in.txt").write_text("staged\n")
+    result = run_snakemake(
+        tmp_path, snakefile, "--retries", "1", env={"FAKE_MODAL_UPLOAD_ERRORS": "1"}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "not submitted: ConnectionError: Connection lost" in result.stderr
+    assert (tmp_path / "out.txt").read_text() == "staged\n"

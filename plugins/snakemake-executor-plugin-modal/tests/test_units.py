@@ -400,3 +400,22 @@ def test_an_error_stopping_the_app_is_reported_not_raised():
     ]
     app.stop(warn=warnings.append)  # idempotent
     assert len(warnings) == 1
+
+
+def test_a_failed_upload_is_sent_again(fake_modal, tmp_path, monkeypatch):
+    """A batch upload that fails in the middle records nothing as sent: a retry in
+    the same run (same stager) sends every file again."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "in.txt").write_text("input")
+    monkeypatch.setenv("FAKE_MODAL_UPLOAD_ERRORS", "1")
+    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    stager = VolumeStager(volume, "proj", work)
+    with pytest.raises(fake_modal.exception.ConnectionError, match="batch upload"):
+        stager.upload(["in.txt"])
+    assert "in.txt" not in stager.manifest()
+    assert stager.files() == {}
+    assert stager.upload(["in.txt"]) == ["in.txt"]
+    committed = tmp_path / "fake-modal" / "volumes" / "units" / "proj" / "in.txt"
+    assert committed.read_text() == "input"
+    assert VolumeStager(volume, "proj", work).upload(["in.txt"]) == []

@@ -219,7 +219,8 @@ class VolumeStager:
     def upload(self, paths: Iterable[str]) -> list[str]:
         """
         Send the files (and the files inside folders) among ``paths`` whose content
-        the volume does not have (by the manifest's SHA-256).
+        the volume does not have (by the manifest's SHA-256). They enter the manifest
+        only once the batch is committed: after an error, a retry sends them again.
 
         Parameters
         ----------
@@ -235,6 +236,9 @@ class VolumeStager:
         ------
         WorkflowError
             If a path does not exist locally.
+        Exception
+            What Modal's ``batch_upload`` raised (e.g. ``modal.exception
+            .ConnectionError``); nothing is recorded as sent.
         """
         with self._lock:
             manifest = self.manifest()
@@ -256,16 +260,25 @@ class VolumeStager:
                         todo.append((f, frel, digest))
             if not todo:
                 return []
-            for _, frel, digest in todo:
-                manifest[frel] = digest
-            self._upload([(f, frel) for f, frel, _ in todo])
+            # recorded only once the batch is committed: a batch that fails (in the
+            # middle too) leaves the manifest as it was, so a retry sends it again
+            updated = {**manifest, **{frel: digest for _, frel, digest in todo}}
+            self._upload([(f, frel) for f, frel, _ in todo], updated)
+            self._manifest = updated
             return [frel for _, frel, _ in todo]
 
-    def _upload(self, files: list[tuple[Path, str]]) -> None:
-        """Send local files (path, relative path) and the manifest, in one batch."""
+    def _upload(
+        self, files: list[tuple[Path, str]], manifest: dict | None = None
+    ) -> None:
+        """
+        Send local files (path, relative path) and the manifest (``manifest``, else
+        the one held), in one batch: Modal puts a batch's files when the block ends,
+        all or none (``VolumePutFiles``, ``modal/volume.py``).
+        """
+        manifest = self._manifest if manifest is None else manifest
         with tempfile.TemporaryDirectory() as tmp:
             record = Path(tmp, "manifest.json")
-            record.write_text(json.dumps(self._manifest, sort_keys=True))
+            record.write_text(json.dumps(manifest, sort_keys=True))
             with self.volume.batch_upload(force=True) as batch:
                 for f, frel in files:
                     batch.put_file(str(f), "/" + self.remote_path(frel))

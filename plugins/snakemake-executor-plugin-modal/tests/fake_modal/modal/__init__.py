@@ -72,6 +72,9 @@ to the volume.
 ``ConnectionError``) with ``FAKE_MODAL_COMMIT_ERROR_AFTER=<n>`` (default 0):
 ``Volume.commit()`` in a container raises it after n commits went through (an error
 raised in the container, which ``get`` raises again with its class).
+``FAKE_MODAL_UPLOAD_ERRORS=<n>``: the first n ``batch_upload`` blocks of the client
+process raise ``modal.exception.ConnectionError`` when they end, none of their files
+put (a block's upload failed).
 ``FAKE_MODAL_SPAWN_ERRORS=<n>``: the first n ``Function.spawn`` of the client process
 raise ``modal.exception.ConnectionError`` (nothing started).
 ``FAKE_MODAL_OUTPUT_EXPIRED=1``: ``get`` of a finished call raises

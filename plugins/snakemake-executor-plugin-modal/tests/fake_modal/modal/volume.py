@@ -193,6 +193,7 @@ class Volume:
         """
         batch = _BatchUpload()
         yield batch  # an exception in the block propagates and nothing is uploaded
+        _upload_fault()
         batch._flush(self, force)
 
     def commit(self) -> None:
@@ -244,6 +245,26 @@ class Volume:
                     (self._view / rel).unlink(missing_ok=True)
                     del baseline[rel]
             _save_baseline(self._view, baseline)
+
+
+_UPLOAD_ERRORS: dict[str, int | None] = {"left": None}
+
+
+def _upload_fault() -> None:
+    """
+    Fault injection (``FAKE_MODAL_UPLOAD_ERRORS=<n>``): the first n batch uploads of
+    this process fail in the middle, after their files were read and before they were
+    put, as Modal's ``__aexit__`` of a batch upload fails when a block's upload does
+    (``modal/volume.py``: blocks first, then one ``VolumePutFiles`` request, so none of
+    the batch's files is put).
+    """
+    from .exception import ConnectionError as ModalConnectionError
+
+    if _UPLOAD_ERRORS["left"] is None:
+        _UPLOAD_ERRORS["left"] = int(os.environ.get("FAKE_MODAL_UPLOAD_ERRORS") or 0)
+    if _UPLOAD_ERRORS["left"] > 0:
+        _UPLOAD_ERRORS["left"] -= 1
+        raise ModalConnectionError("Connection lost (fake fault in a batch upload)")
 
 
 _COMMITS = {"done": 0}
