@@ -122,6 +122,10 @@ class _Call:
 
     def __init__(self, *raises):
         self.raises = list(raises)
+        self.cancels = []
+
+    def cancel(self, terminate_containers=False):
+        self.cancels.append(terminate_containers)
 
     def get(self, timeout=None):
         if self.raises:
@@ -419,3 +423,24 @@ def test_a_failed_upload_is_sent_again(fake_modal, tmp_path, monkeypatch):
     committed = tmp_path / "fake-modal" / "volumes" / "units" / "proj" / "in.txt"
     assert committed.read_text() == "input"
     assert VolumeStager(volume, "proj", work).upload(["in.txt"]) == []
+
+
+def test_a_call_given_up_is_cancelled_and_its_cost_counted(fake_modal, monkeypatch):
+    """After the grace period of unreadable status the call is cancelled (its
+    container would go on billing and committing beside the retry's), and the
+    seconds until then are what the ledger counts."""
+    from snakemake_executor_plugin_modal import calls
+
+    clock = iter([1000.0, 1000.0, 1700.0, 1700.0, 1700.0, 9999.0])
+    monkeypatch.setattr(calls.time, "monotonic", lambda: next(clock))
+    lost = fake_modal.exception.ConnectionError("Deadline exceeded")
+    handle = _Call(lost, lost)
+    call = calls.ContainerCall(handle, GpuRequest("H100"), 3600, warn=print)
+    assert call.poll() is None  # t=1000: unreachable since now
+    outcome = call.poll()  # t=1700: 700 s > 600 s of grace
+    assert outcome.given_up and "given up and cancelled" in outcome.message
+    assert handle.cancels == [True] and call.cancelled
+    ledger = Ledger()
+    ledger.add(call.gpu, call.seconds)  # what the executor does with every outcome
+    assert ledger.gpu_seconds == pytest.approx(700.0)
+    assert ledger.cost_usd == pytest.approx(700 * 0.001097)

@@ -283,6 +283,8 @@ class ContainerCall:
         self.grace_s = grace_s
         self.started = time.monotonic()
         self.ended: float | None = None
+        #: Whether ``cancel`` reached Modal.
+        self.cancelled = False
         self._unreachable_since: float | None = None
 
     @property
@@ -306,7 +308,10 @@ class ContainerCall:
         - the bare builtin ``TimeoutError()`` that ``_FunctionCall.poll_function``
           raises when no output is there yet (``modal/_functions.py``): running;
         - a client-side transport error (:func:`transport_errors`): running, reported,
-          for at most ``grace_s`` seconds in a row, then a failure;
+          for at most ``grace_s`` seconds in a row, then a failure, and the call is
+          cancelled (``FunctionCall.cancel``: a container that still runs would bill
+          and commit beside the retry's); its seconds up to then are what
+          :attr:`seconds` counts;
         - anything else: a failure.
         """
         try:
@@ -354,26 +359,36 @@ class ContainerCall:
                     f"({now - since:.0f} of {self.grace_s:.0f} s)"
                 )
                 return None
+            # it may still run, bill and commit: stopped, so that a retry is the only
+            # container writing its files (Modal: the last commit wins)
+            self.cancel()
             outcome = Outcome(
                 False,
                 f"Modal could not be reached for {self.grace_s:.0f} s "
-                f"({type(e).__name__}: {e}); the call is given up",
+                f"({type(e).__name__}: {e}); the call is given up and cancelled",
                 given_up=True,
             )
         else:  # Modal's own verdict: a lost container, an internal failure
             outcome = Outcome(
                 False, f"the Modal call failed: {type(e).__name__}: {_first_line(e)}"
             )
-        self.ended = time.monotonic()
+        self.ended = self.ended or time.monotonic()
         return outcome
 
     def cancel(self) -> None:
-        """Stop the container; an error doing so is reported, not raised."""
+        """
+        Stop the container (``FunctionCall.cancel(terminate_containers=True)``); an
+        error doing so is reported, not raised (the app's stop at the run's end stops
+        its containers in any case).
+        """
         try:
             self.call.cancel(terminate_containers=True)
+            self.cancelled = True
         except Exception as e:
             self.warn(
-                f"Modal call {self.call_id}: cancel failed ({type(e).__name__}: {e})"
+                f"Modal call {self.call_id}: cancel failed ({type(e).__name__}: {e}); "
+                "its container may run until the app stops at the end of the run, "
+                "and that time is not counted in the cost"
             )
         finally:
             self.ended = self.ended or time.monotonic()
