@@ -50,6 +50,7 @@ CALLS = [
     ("Image.pip_install", ("self", "snakemake==9.0"), {}),
     ("Image.run_commands", ("self", "echo cached"), {}),
     ("Image.add_local_python_source", ("self", "snakemake_executor_plugin_modal"), {}),
+    ("Image.build", ("self",), {}),
     ("Volume.from_name", ("vol",), {"create_if_missing": True}),
     ("Volume.listdir", ("self", "prefix"), {"recursive": True}),
     ("Volume.read_file", ("self", "prefix/a.txt"), {}),
@@ -67,6 +68,10 @@ ATTRIBUTES = [
     "exception.ConnectionError",
     "exception.InternalError",
     "exception.ServiceError",
+    "exception.AuthError",
+    "exception.InvalidError",
+    "exception.ImageBuildError",
+    "exception.ModuleNotMountable",
     "volume.FileEntryType.FILE",
 ]
 
@@ -149,6 +154,10 @@ def test_exception_hierarchy_as_the_plugin_relies_on(backend):
     assert "modal image logs" in str(
         exc.ImageBuildError("failed; modal image logs im-1", "im-1")
     )
+    assert exc.ImageBuildError("failed", "im-1").image_id == "im-1"
+    assert issubclass(exc.AuthError, exc.Error)
+    # a local package that cannot be mounted: no modal.exception.Error
+    assert not issubclass(exc.ModuleNotMountable, exc.Error)
 
 
 def test_with_options_takes_one_gpu_type_only():

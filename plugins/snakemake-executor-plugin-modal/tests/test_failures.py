@@ -401,3 +401,42 @@ rule copy:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "not submitted: ConnectionError: Connection lost" in result.stderr
     assert (tmp_path / "out.txt").read_text() == "staged\n"
+
+
+def test_container_output_goes_to_the_jobs_log_not_the_terminal(fake_modal, tmp_path):
+    """The image build's output is shown here; the containers' output is not streamed
+    to this terminal (modal.enable_output() around app.run() would, for the app's
+    whole life): it is in the job's log file, and in Modal's logs (the dashboard)."""
+    snakefile = SLOW.replace(
+        "echo started > {log};", "echo started > {log}; echo container-says-hello;"
+    )
+    result = run_snakemake(tmp_path, snakefile, "--config", "sleep=0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = result.stdout + result.stderr
+    assert "[fake modal] building" in text  # the build's output, shown
+    assert "container-says-hello" not in text
+    assert "Initialized. View run at" not in text  # no app log stream started
+    log = tmp_path / ".snakemake" / "modal" / "snakejob.slow.1.sh.log"
+    assert "container-says-hello" in log.read_text()
+    call_id = calls(fake_modal)[0]["call_id"]
+    dashboard = tmp_path / "fake-modal" / "containers" / call_id / "container.log"
+    assert "container-says-hello" in dashboard.read_text()
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "named"),
+    [
+        ({"FAKE_MODAL_TOKEN_REJECTED": "1"}, [], "Modal refused the credentials"),
+        ({"FAKE_MODAL_BUILD_FAIL": "E: no torch"}, [], "image could not be built"),
+    ],
+)
+def test_errors_at_app_start_are_named_for_what_they_are(
+    fake_modal, tmp_path, env, args, named
+):
+    result = run_snakemake(tmp_path, SLOW, "--config", "sleep=0", *args, env=env)
+    assert result.returncode != 0
+    assert named in result.stderr and "nothing was submitted" in result.stderr
+    if "TOKEN" in str(env):
+        assert "image could not be built" not in result.stderr
+        assert "modal token new" in result.stderr
+    assert calls(fake_modal) == []

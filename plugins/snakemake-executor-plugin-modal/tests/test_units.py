@@ -444,3 +444,50 @@ def test_a_call_given_up_is_cancelled_and_its_cost_counted(fake_modal, monkeypat
     ledger.add(call.gpu, call.seconds)  # what the executor does with every outcome
     assert ledger.gpu_seconds == pytest.approx(700.0)
     assert ledger.cost_usd == pytest.approx(700 * 0.001097)
+
+
+def _real_modal():
+    import modal
+
+    if "fake" in modal.__version__:
+        pytest.skip("the fake modal is imported in this process")
+    import modal.exception
+
+    return modal
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        (
+            lambda exc: exc.ImageBuildError("Image build for im-1 failed", "im-1"),
+            "image could not be built .*modal image logs im-1",
+        ),
+        (lambda exc: exc.AuthError("Token missing"), "refused the credentials"),
+        (
+            lambda exc: exc.InvalidError("GPU type X9000 is not supported"),
+            r"rejected the GPU request \(this run asks for X9000\)",
+        ),
+        (
+            lambda exc: exc.InvalidError("Unsupported Python version: '3.9'."),
+            "image builder does not offer this Python",
+        ),
+        (
+            lambda exc: exc.ModuleNotMountable("mypkg has no spec"),
+            "--modal-local-packages: .*ModuleNotMountable: mypkg has no spec",
+        ),
+        (lambda exc: exc.ConnectionError("Deadline"), "could not be reached"),
+        (lambda exc: exc.NotFoundError("Environment x"), "app could not start"),
+    ],
+)
+def test_errors_at_app_start_are_named(make, named):
+    """What Modal 1.6 raises when the image is built or the app starts, each named
+    for what it is (the real client's exception classes)."""
+    from snakemake_executor_plugin_modal.calls import start_error
+
+    exc = _real_modal().exception
+    error = start_error(make(exc), ["X9000"])
+    assert isinstance(error, WorkflowError)
+    with pytest.raises(WorkflowError, match=named):
+        raise error
+    assert "nothing was submitted" in str(error)

@@ -27,6 +27,7 @@ __all__ = [
     "Outcome",
     "RunApp",
     "raised_in_container",
+    "start_error",
     "transport_errors",
 ]
 
@@ -167,7 +168,8 @@ class RunApp:
     Raises
     ------
     WorkflowError
-        If the image build fails: one line with the command that shows its logs.
+        If the image cannot be built or the app cannot start: one line naming what
+        went wrong (:func:`start_error`).
     """
 
     def __init__(
@@ -204,19 +206,21 @@ class RunApp:
                     **options, gpu=gpu.modal_spec, name=f"run_job_gpu{i or ''}"
                 )(run_job)
         self.gpu_function = self.gpu_functions.get(default_gpu)
-        self._run = self.app.run()
-        with modal.enable_output():  # the image build's output, as `modal run` shows
-            try:
-                self._run.__enter__()
-            except modal.exception.Error as e:
-                self._run = None
-                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                hint = " ".join(str(e).split("modal image logs")[1:2]).strip()
-                raise WorkflowError(
-                    f"Modal: the container image could not be built ({first}); "
-                    + (f"see `modal image logs {hint}`; " if hint else "")
-                    + "nothing was submitted"
-                ) from None
+        # The image is built first, its build output shown (objects print their own
+        # output under enable_output: modal/_image.py); the app is started outside
+        # enable_output, which would stream every container's output and a spinner
+        # here for the app's whole life (modal/runner.py, _run_app). Containers'
+        # output goes to each job's log and to Modal's dashboard.
+        try:
+            with modal.enable_output():
+                image.build()
+            self._run = self.app.run()
+            self._run.__enter__()
+        except Exception as e:
+            self._run = None
+            raise start_error(
+                e, [gpu.modal_spec for gpu in self.gpu_functions]
+            ) from None
 
     def spawn(
         self, spec: dict, gpu: GpuRequest | None, cpu: float, memory_mb, timeout_s
@@ -249,6 +253,75 @@ class RunApp:
             run.__exit__(None, None, None)
         except Exception as e:  # the run's results are home; only the app is left
             warn(f"Modal: could not stop the app cleanly ({type(e).__name__}: {e})")
+
+
+def start_error(exc: BaseException, gpus: list | None = None) -> WorkflowError:
+    """
+    What went wrong when the run's image was built or its app started, named for what
+    it is, as one line a user can act on; nothing was submitted.
+
+    Parameters
+    ----------
+    exc : BaseException
+        What ``Image.build`` or entering ``App.run()`` raised.
+    gpus : list, optional
+        The GPU specifications of the app's functions (named when the server rejects
+        one).
+
+    Returns
+    -------
+    WorkflowError
+
+    Notes
+    -----
+    Modal 1.6 raises, at this point: ``ImageBuildError`` (a failed build step; its
+    message names ``modal image logs <id>``), ``AuthError`` (a wrong, revoked or
+    expired token), ``InvalidError`` from the server (a GPU type it does not offer,
+    a Python its image builder does not support: ``_validate_python_version`` in
+    ``modal/_image.py``), ``ModuleNotMountable`` (``modal/_utils/package_utils.py``:
+    a local package that cannot be mounted; not a ``modal.exception.Error``), and the
+    client's ``ConnectionError`` when Modal cannot be reached.
+    """
+    import modal.exception
+
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    what = f"{type(exc).__name__}: {first}"
+    tail = "; nothing was submitted"
+    if isinstance(exc, modal.exception.ImageBuildError):
+        image_id = getattr(exc, "image_id", None)
+        hint = f"; see `modal image logs {image_id}`" if image_id else ""
+        return WorkflowError(
+            f"Modal: the container image could not be built ({what}){hint}{tail}"
+        )
+    if isinstance(exc, modal.exception.AuthError):
+        return WorkflowError(
+            f"Modal refused the credentials ({what}): the token is wrong, revoked or "
+            "expired; run `modal token new` (or set MODAL_TOKEN_ID and "
+            f"MODAL_TOKEN_SECRET){tail}"
+        )
+    if isinstance(exc, modal.exception.ModuleNotMountable):
+        return WorkflowError(
+            f"--modal-local-packages: a package cannot be copied into the image "
+            f"({what}); name importable packages of Python source files{tail}"
+        )
+    if isinstance(exc, modal.exception.InvalidError) and "gpu" in text.lower():
+        named = f" (this run asks for {', '.join(map(str, gpus))})" if gpus else ""
+        return WorkflowError(
+            f"Modal rejected the GPU request{named} ({what}): check --modal-gpu and "
+            f"the jobs' modal_gpu or gpu_model resources{tail}"
+        )
+    if isinstance(exc, modal.exception.InvalidError) and "python" in text.lower():
+        return WorkflowError(
+            f"Modal's image builder does not offer this Python ({what}); run "
+            f"Snakemake from a Python it supports{tail}"
+        )
+    if isinstance(exc, transport_errors()):
+        return WorkflowError(
+            f"Modal could not be reached to start the run's app ({what}); check the "
+            f"network and start the run again{tail}"
+        )
+    return WorkflowError(f"Modal: the run's app could not start ({what}){tail}")
 
 
 class ContainerCall:

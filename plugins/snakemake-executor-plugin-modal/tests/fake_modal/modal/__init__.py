@@ -75,6 +75,8 @@ raised in the container, which ``get`` raises again with its class).
 ``FAKE_MODAL_UPLOAD_ERRORS=<n>``: the first n ``batch_upload`` blocks of the client
 process raise ``modal.exception.ConnectionError`` when they end, none of their files
 put (a block's upload failed).
+``FAKE_MODAL_TOKEN_REJECTED=1``: the server refuses the token (``AuthError`` at the
+first request: an image build, an app's start).
 ``FAKE_MODAL_SPAWN_ERRORS=<n>``: the first n ``Function.spawn`` of the client process
 raise ``modal.exception.ConnectionError`` (nothing started).
 ``FAKE_MODAL_OUTPUT_EXPIRED=1``: ``get`` of a finished call raises
@@ -94,6 +96,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import importlib.util
 import json
 import os
 import pickle
@@ -112,11 +115,13 @@ from typing import Any
 from . import exception
 from ._common import atomic_write, fake_root, locked
 from .exception import (
+    AuthError,
     ConnectionError,
     ExecutionError,
     FunctionTimeoutError,
     ImageBuildError,
     InvalidError,
+    ModuleNotMountable,
     NotFoundError,
     OutputExpiredError,
 )
@@ -133,7 +138,14 @@ _OUTPUT = {"enabled": False}
 
 @contextmanager
 def enable_output(*args: Any, **kwargs: Any) -> Iterator[None]:
-    """Like ``modal.enable_output()``: image builds print their steps meanwhile."""
+    """
+    Like ``modal.enable_output()`` (``modal/output.py``): meanwhile, image builds
+    print their steps (objects print their own output: ``_Image._load``,
+    ``modal/_image.py``), and an app *started* meanwhile streams the output of all
+    its containers, with a status line, for its whole life, even after this block
+    ends (``_run_app`` in ``modal/runner.py`` takes the output manager once, when
+    the app starts, and runs ``get_app_logs_loop`` until it stops).
+    """
     before, _OUTPUT["enabled"] = _OUTPUT["enabled"], True
     try:
         yield
@@ -166,6 +178,17 @@ class Image:
     def __init__(self, steps: list[dict], python_version: str | None):
         self.steps = steps
         self.python_version = python_version
+        self.object_id: str | None = None  # set once built (hydrated)
+
+    def build(self, app: App | None = None) -> Image:
+        """
+        Build the image now, as ``_Image.build`` (``modal/_image.py``) does: in an
+        ephemeral app of its own started with ``stream_output=False`` (no app logs,
+        no status line), its build steps printed under ``enable_output``. A built
+        image is not built again when an app using it starts (it is hydrated).
+        """
+        _build(self)
+        return self
 
     def _with(self, step: dict) -> Image:
         return Image(self.steps + [step], self.python_version)
@@ -176,10 +199,13 @@ class Image:
 
         (The container uses the client's Python.)
         """
-        if python_version is not None and not (
-            isinstance(python_version, str) and python_version.startswith("3.")
-        ):
-            raise InvalidError(f"unsupported python_version {python_version!r}")
+        # Modal validates the version when the image is built (the builder's series
+        # come from the server): see _build
+        if python_version is not None and not isinstance(python_version, str):
+            raise InvalidError(
+                "Python version must be specified as a string, not "
+                f"{type(python_version).__name__}"
+            )
         return Image(
             [{"op": "debian_slim", "python_version": python_version}], python_version
         )
@@ -220,6 +246,71 @@ class Image:
         return out
 
 
+#: Python series of Modal's "2025.06" image builder (``SUPPORTED_PYTHON_SERIES``,
+#: ``modal/_image.py``).
+_PYTHON_SERIES = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.14t", "3.15", "3.15t"]
+#: GPU types the fake's "server" accepts (Modal validates them on the server, not in
+#: the client: ``parse_gpu_config`` in ``modal/_utils/function_utils.py`` only reads
+#: the string).
+_GPU_TYPES = {
+    "T4", "L4", "A10", "A10G", "A100", "A100-40GB", "A100-80GB", "L40S", "H100",
+    "H100!", "H200", "B200", "ANY",
+}  # fmt: skip
+
+
+def _check_token() -> None:
+    """``FAKE_MODAL_TOKEN_REJECTED=1``: the server refuses the token (``AuthError``)."""
+    if os.environ.get("FAKE_MODAL_TOKEN_REJECTED") == "1":
+        raise AuthError("Token ID is malformed or invalid (fake: token rejected)")
+
+
+def _check_gpu(gpu: str | list[str] | None) -> None:
+    """The server's check of a function's GPU: an unknown type is an InvalidError."""
+    for spec in [gpu] if isinstance(gpu, str) else list(gpu or []):
+        kind = spec.split(":")[0].upper()
+        if kind not in _GPU_TYPES:
+            raise InvalidError(f"Unknown GPU type: '{spec}' (fake server)")
+
+
+def _build(image: Image) -> None:
+    """
+    Build an image (the fake only prints its steps under ``enable_output``).
+    ``FAKE_MODAL_BUILD_FAIL=<text>`` makes the build fail with Modal's
+    ``ImageBuildError`` after printing that text (``modal/_image.py``: the build's
+    log is streamed, then the error names the image).
+    """
+    _check_token()
+    python = image.python_version or "{}.{}".format(*sys.version_info)
+    series = ".".join(python.split(".")[:2])
+    if series not in _PYTHON_SERIES:  # modal/_image.py, _validate_python_version
+        raise InvalidError(
+            f"Unsupported Python version: {python!r}. When using the '2025.06' "
+            f"Image builder, Modal supports the following series: {_PYTHON_SERIES!r}."
+        )
+    for step in image.steps:  # modal/_utils/package_utils.py, get_module_mount_info
+        for module in step.get("modules", []) if step["op"].startswith("add_") else []:
+            if importlib.util.find_spec(module) is None:
+                raise ModuleNotMountable(
+                    f"{module} has no spec - might not be installed?"
+                )
+    image_id = (
+        "im-fake" + uuid.uuid5(uuid.NAMESPACE_OID, json.dumps(image.steps)).hex[:12]
+    )
+    if _OUTPUT["enabled"]:
+        for step in image.steps:
+            print(f"[fake modal] building {image_id}: {step}", flush=True)
+    failure = os.environ.get("FAKE_MODAL_BUILD_FAIL")
+    if failure:
+        if _OUTPUT["enabled"]:
+            print(failure, flush=True)
+        raise ImageBuildError(
+            f"Image build for {image_id} failed.\nView the build logs:\n"
+            f"  modal image logs {image_id}",
+            image_id,
+        )
+    image.object_id = image_id
+
+
 class Secret:
     """Only ``Secret.from_dict``: its vars are set in the container's environment."""
 
@@ -240,8 +331,24 @@ class _AppRun:
     def __enter__(self) -> App:
         if self._app._running:
             raise InvalidError(f"App {self._app.name!r} is already running")
+        # modal/runner.py, _run_app: the output manager is taken once, at the start
+        streaming = _OUTPUT["enabled"]
+        if streaming:
+            print(
+                f"[fake modal] Initialized. View run at "
+                f"https://modal.com/apps/fake/{self._app.app_id}",
+                flush=True,
+            )
+        _check_token()
+        for function in self._app._functions:  # the server creates each function
+            _check_gpu(function._opts["gpu"])
         self._app._build_images()
         self._app._running = True
+        if streaming:  # get_app_logs_loop: every container's output, until the stop
+            self._app._logs_thread = threading.Thread(
+                target=self._app._stream_logs, daemon=True
+            )
+            self._app._logs_thread.start()
         return self._app
 
     def __exit__(self, *exc: Any) -> None:
@@ -262,32 +369,46 @@ class App:
         self._running = False
         self._calls: list[FunctionCall] = []
         self._functions: list[Function] = []
+        self.app_id = "ap-fake" + uuid.uuid4().hex[:12]
+        self._logs_thread: threading.Thread | None = None
+
+    def _stream_logs(self) -> None:
+        """
+        Print the output of the app's containers to this process's stdout while the
+        app runs (``get_app_logs_loop``, ``modal/_output/pty.py``, started by
+        ``_run_app`` in ``modal/runner.py`` when output is enabled at the start).
+        """
+        offsets: dict[str, int] = {}
+
+        def drain() -> None:
+            for call in list(self._calls):
+                log = call._cdir / "container.log"
+                if not log.exists():
+                    continue
+                with open(log, "rb") as fh:
+                    fh.seek(offsets.get(call._id, 0))
+                    data = fh.read()
+                offsets[call._id] = offsets.get(call._id, 0) + len(data)
+                if data:
+                    sys.stdout.write(data.decode(errors="replace"))
+                    sys.stdout.flush()
+
+        while self._running:
+            drain()
+            time.sleep(0.2)
+        drain()
 
     def _build_images(self) -> None:
         """
         Like Modal, build the images of the app's functions when it starts (printing
-        the steps under ``enable_output``). ``FAKE_MODAL_BUILD_FAIL=<text>`` makes a
-        build fail with Modal's ``ImageBuildError`` after printing that text.
+        the steps under ``enable_output``), except those already built
+        (``Image.build``).
         """
         for image in {
             id(f._opts["image"]): f._opts["image"] for f in self._functions
         }.values():
-            image_id = (
-                "im-fake"
-                + uuid.uuid5(uuid.NAMESPACE_OID, json.dumps(image.steps)).hex[:12]
-            )
-            if _OUTPUT["enabled"]:
-                for step in image.steps:
-                    print(f"[fake modal] building {image_id}: {step}", flush=True)
-            failure = os.environ.get("FAKE_MODAL_BUILD_FAIL")
-            if failure:
-                if _OUTPUT["enabled"]:
-                    print(failure, flush=True)
-                raise ImageBuildError(
-                    f"Image build for {image_id} failed.\nView the build logs:\n"
-                    f"  modal image logs {image_id}",
-                    image_id,
-                )
+            if image.object_id is None:
+                _build(image)
 
     def function(
         self,
@@ -352,11 +473,13 @@ class App:
         return _AppRun(self)
 
     def _stop(self) -> None:
-        self._running = False
         for call in self._calls:
             call._kill("app_stopped")
         for call in self._calls:
             call._done.wait(10)
+        self._running = False
+        if self._logs_thread is not None:
+            self._logs_thread.join(5)
 
 
 class Function:
@@ -430,6 +553,7 @@ class Function:
                 f"fake modal: arguments must be JSON-serialisable: {e}"
             ) from None
         opts = self._opts
+        _check_gpu(opts["gpu"])  # the server's check of with_options' GPU
         root = fake_root()
         call_id = "fc-" + uuid.uuid4().hex
         cdir = root / "containers" / call_id
