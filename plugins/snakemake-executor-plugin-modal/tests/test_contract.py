@@ -288,13 +288,13 @@ def test_an_exception_from_the_container_is_told_from_the_clients(exc):
     assert f"the container raised {type(exc).__name__}" in outcome.message
 
 
-def test_the_fake_marks_a_containers_exception_as_modal_does(fake_modal, monkeypatch):
+def test_the_fake_marks_a_containers_exception_as_modal_does(fake_modal):
     from snakemake_executor_plugin_modal.calls import raised_in_container
 
-    # the container imports this module (tests.test_contract) from the plugin's folder
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
+    # the container imports this module (tests.test_contract) from the image's copy
+    image = fake_modal.Image.debian_slim().add_local_python_source("tests")
     app = fake_modal.App("t")
-    f = app.function()(_raising_job)
+    f = app.function(image=image)(_raising_job)
     with app.run():
         call = f.spawn("ETIMEDOUT")
         with pytest.raises(TimeoutError, match="Errno 110") as info:

@@ -440,3 +440,31 @@ def test_errors_at_app_start_are_named_for_what_they_are(
         assert "image could not be built" not in result.stderr
         assert "modal token new" in result.stderr
     assert calls(fake_modal) == []
+
+
+def test_the_jobs_own_python_finds_the_local_packages(fake_modal, tmp_path):
+    """A local package copied into the image (--modal-local-packages) is importable
+    by the job's own Python, which runs from a scratch folder, not from where Modal
+    mounts the package."""
+    pkgs = tmp_path / "pkgs"
+    (pkgs / "mglocalpkg").mkdir(parents=True)
+    (pkgs / "mglocalpkg" / "__init__.py").write_text("VALUE = 'from-the-image'\n")
+    snakefile = """
+rule all:
+    input: "out.txt"
+
+rule imp:
+    output: "out.txt"
+    shell: "python -c 'import mglocalpkg; print(mglocalpkg.VALUE)' > {output}"
+"""
+    from .helpers import FAKE
+
+    result = run_snakemake(
+        tmp_path / "wf",
+        snakefile,
+        "--modal-local-packages",
+        "mglocalpkg",
+        env={"PYTHONPATH": f"{FAKE}:{pkgs}"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "wf" / "out.txt").read_text() == "from-the-image\n"

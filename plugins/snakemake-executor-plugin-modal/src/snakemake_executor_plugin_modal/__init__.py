@@ -341,6 +341,10 @@ class Executor(RemoteExecutor):
             "results": sorted(set(results)),
             "log": JOB_LOG.format(name=self.get_jobname(job)),
             "sync_every_s": self.settings.sync_seconds,
+            "python_packages": [
+                "snakemake_executor_plugin_modal",
+                *(self.settings.local_packages or []),
+            ],
             "members": [
                 {"target": t, "outputs": rel(j.output), "key": key}
                 for t, j, key in zip(

@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["DONE", "JOB_LOG", "TARGETS", "run_job"]
+__all__ = ["DONE", "JOB_LOG", "TARGETS", "python_path", "run_job"]
 
 #: Where, below the working directory, the container's log of a job is written.
 JOB_LOG = ".snakemake/modal/{name}.log"
@@ -58,7 +58,9 @@ def run_job(spec: dict) -> dict:
         them under), ``results`` (logs and benchmark files, copied once the command
         has ended), ``log`` (where to write the job's stdout and stderr),
         ``sync_every_s`` (seconds between commits of finished outputs while it runs),
-        and ``members`` (per job of the group: ``target``, its quoted
+        ``python_packages`` (the image's local packages: named on the command's
+        ``PYTHONPATH``, see :func:`python_path`), and ``members`` (per job of the
+        group: ``target``, its quoted
         ``--target-jobs`` entry; ``outputs``, its files; ``key``, the hash that a
         reusable output's marker must carry). The command holds :data:`TARGETS`
         where the entries of the jobs left to run go.
@@ -107,6 +109,11 @@ def run_job(spec: dict) -> dict:
     tmp = work / ".snakemake" / "modal-tmp"
     tmp.mkdir(parents=True)
     env = {**os.environ, **spec.get("env", {}), "TMPDIR": str(tmp)}
+    # the job's own Python runs from the scratch folder: it finds the local packages
+    # of the image only if PYTHONPATH names where Modal mounted them (/root)
+    env["PYTHONPATH"] = python_path(
+        spec.get("python_packages", []), env.get("PYTHONPATH")
+    )
     outputs = [tuple(pair) for pair in spec["outputs"]]
     started = time.monotonic()
     done = threading.Event()
@@ -166,6 +173,52 @@ def run_job(spec: dict) -> dict:
         "synced": sorted(synced),
         "reused": reused,
     }
+
+
+def python_path(packages: list[str], existing: str | None = None) -> str:
+    """
+    ``PYTHONPATH`` for the job's command: the folders this process imported the
+    image's local packages from, then ``existing``.
+
+    Modal mounts ``add_local_python_source`` packages under ``/root``
+    (``modal/mount.py``), where the function's own process (started there) finds
+    them; nothing in the client puts that folder on a subprocess's ``PYTHONPATH``, and
+    the job's ``python -m snakemake`` runs from a scratch folder. The folders are read
+    from where the packages were actually found, so this holds wherever Modal puts
+    them; those of installed packages (``site-packages``) are left out.
+
+    Parameters
+    ----------
+    packages : list of str
+        Importable names (this plugin and ``--modal-local-packages``).
+    existing : str or None
+        The ``PYTHONPATH`` already set.
+
+    Returns
+    -------
+    str
+    """
+    import importlib.util
+
+    folders: list[str] = []
+    for name in packages:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            found = [Path(p).parent for p in spec.submodule_search_locations]
+        else:
+            found = [Path(spec.origin).parent] if spec.origin else []
+        for folder in found:
+            text = os.path.abspath(folder)
+            if Path(text).name in ("site-packages", "dist-packages"):
+                continue
+            if text not in folders:
+                folders.append(text)
+    return os.pathsep.join([*folders, *([existing] if existing else [])])
 
 
 def _finished(root: Path, member: dict) -> bool:

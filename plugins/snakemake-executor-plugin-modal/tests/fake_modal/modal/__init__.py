@@ -21,12 +21,20 @@ calls it. Arguments and the return value must be JSON-serialisable (no cloudpick
 so tuples come back as lists.
 
 Container environment: NOT the client's. Only ``PATH`` (client's), ``HOME`` (the
-container root), ``LANG=C.UTF-8``, ``PYTHONPATH`` (the fake's folder, then the
-client's PYTHONPATH), ``FAKE_MODAL_DIR``, ``FAKE_MODAL_MOUNTS`` (JSON ``{volume name:
-view folder}``), ``FAKE_MODAL_CALL_ID``, ``MODAL_IS_REMOTE=1``, ``MODAL_TASK_ID``,
+container root), ``LANG=C.UTF-8``, ``PYTHONPATH`` (the fake's folder only, never the
+client's), ``FAKE_MODAL_HIDDEN_PATHS`` (see below), ``FAKE_MODAL_DIR``,
+``FAKE_MODAL_MOUNTS`` (JSON ``{volume name: view folder}``), ``FAKE_MODAL_CALL_ID``,
+``MODAL_IS_REMOTE=1``, ``MODAL_TASK_ID``,
 then the image's ``.env()`` vars, ``Secret.from_dict`` vars and
 ``app.function(env=...)`` vars (later wins). ``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET``
 and everything else of the client never get in.
+
+Local sources. As Modal mounts ``add_local_python_source`` packages under ``/root``
+(the container's cwd), the fake copies them into ``containers/<id>/root`` and hides
+the client's folders they came from (its editable installs) from every Python of the
+container, the function's and its subprocesses' (``sitecustomize.py`` of the fake,
+``FAKE_MODAL_HIDDEN_PATHS``): a subprocess started from another folder finds them
+only if its ``PYTHONPATH`` names ``/root``.
 
 Mount remapping. A local process cannot mount at ``/some/mount``, so for
 ``volumes={"/some/mount": vol}`` each container gets a view folder
@@ -560,6 +568,7 @@ class Function:
         (cdir / "root").mkdir(parents=True)
         (cdir / "mounts").mkdir()
 
+        sources, hidden = _local_sources(opts["image"])
         mapping: list[tuple[str, str]] = []  # (mount path, view folder)
         mounts: dict[str, str] = {}  # volume name -> view folder
         views: list[tuple[Volume, Path]] = []
@@ -581,9 +590,10 @@ class Function:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(cdir / "root"),
             "LANG": "C.UTF-8",
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [_FAKE_DIR, os.environ.get("PYTHONPATH")])
-            ),
+            # the image's own Python: the client's interpreter and its installed
+            # packages, never its PYTHONPATH; local sources come from /root (below)
+            "PYTHONPATH": _FAKE_DIR,
+            "FAKE_MODAL_HIDDEN_PATHS": json.dumps(hidden),
             "FAKE_MODAL_DIR": str(root),
             "FAKE_MODAL_MOUNTS": json.dumps(mounts),
             "FAKE_MODAL_CALL_ID": call_id,
@@ -634,6 +644,7 @@ class Function:
                     _make_view(vol, view)
                 shutil.rmtree(cdir / "root")
                 (cdir / "root").mkdir()
+            _mount_sources(sources, cdir / "root")
             log = open(cdir / "container.log", "ab")
             proc = subprocess.Popen(
                 [sys.executable, "-m", "modal._container", str(cdir / "spec.json")],
@@ -655,6 +666,47 @@ class Function:
 
 #: Spawns left to fail (``FAKE_MODAL_SPAWN_ERRORS``), read at the first spawn.
 _SPAWN_ERRORS: dict[str, int | None] = {"left": None}
+
+
+def _local_sources(image: Image) -> tuple[list[tuple[str, Path]], list[str]]:
+    """
+    The local Python sources an image adds (``add_local_python_source``) as (name,
+    local path) pairs, and the client's ``sys.path`` folders they were found in: a
+    container sees those packages only as Modal mounts them, under ``/root``
+    (``_Mount._add_local_python_source``/``get_module_mount_info``, ``modal/mount.py``
+    and ``modal/_utils/package_utils.py``), not through the client's (editable)
+    installs, which ``sitecustomize`` hides in the container's processes.
+    """
+    sources, hidden = [], []
+    for step in image.steps:
+        if step["op"] != "add_local_python_source":
+            continue
+        for module in step["modules"]:
+            spec = importlib.util.find_spec(module)
+            if spec is None:
+                continue  # refused when the image is built (ModuleNotMountable)
+            if spec.submodule_search_locations:
+                path = Path(list(spec.submodule_search_locations)[0])
+            else:
+                path = Path(spec.origin)
+            sources.append((module, path))
+            hidden.append(os.path.abspath(path.parent))
+    return sources, hidden
+
+
+def _mount_sources(sources: list[tuple[str, Path]], root: Path) -> None:
+    """Copy local sources into the container's ``/root`` (its cwd), as Modal mounts
+    them: ``.py`` files only, no ``__pycache__``."""
+    for _module, path in sources:
+        if path.is_dir():
+            shutil.copytree(
+                path,
+                root / path.name,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+                dirs_exist_ok=True,
+            )
+        else:
+            shutil.copy2(path, root / path.name)
 
 
 def _remap(obj: Any, mapping: list[tuple[str, str]]) -> Any:
