@@ -468,3 +468,44 @@ rule imp:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "wf" / "out.txt").read_text() == "from-the-image\n"
+
+
+def test_what_a_run_would_refuse_is_refused_before_the_image_is_built(
+    fake_modal, tmp_path
+):
+    """An unknown GPU type (of --modal-gpu, or of a job's resource: Modal's server
+    would reject it only after the build), a job over its budget and an input outside
+    the working directory: all said at once, before any image is built."""
+    (tmp_path / "outside.txt").write_text("x")
+    snakefile = """
+rule all:
+    input: "a.txt", "b.txt", "c.txt"
+
+rule on_new_gpu:
+    output: "a.txt"
+    resources: modal_gpu="B300"
+    shell: "echo a > {output}"
+
+rule over_budget:
+    output: "b.txt"
+    resources: gpu=1, runtime=600, modal_gpu="H100", modal_max_cost_usd="1"
+    shell: "echo b > {output}"
+
+rule copy:
+    input: "../outside.txt"
+    output: "c.txt"
+    shell: "cp {input} {output}"
+"""
+    result = run_snakemake(tmp_path / "wf", snakefile)
+    assert result.returncode != 0
+    text = result.stdout + result.stderr
+    assert "the run would be refused, nothing was built or submitted" in text
+    assert "job on_new_gpu: GPU = 'B300': GPU type 'B300' is not one" in text
+    assert "allowed: A10, A100" in text
+    assert "job over_budget: resource modal_max_cost_usd=1:" in text
+    assert "job copy: ../outside.txt is outside the working directory" in text
+    assert "[fake modal] building" not in text
+    bad_default = run_snakemake(tmp_path / "wf2", SLOW, "--modal-gpu", "X9000")
+    assert "--modal-gpu = 'X9000': GPU type 'X9000' is not one" in bad_default.stderr
+    assert "[fake modal] building" not in bad_default.stdout + bad_default.stderr
+    assert calls(fake_modal) == []

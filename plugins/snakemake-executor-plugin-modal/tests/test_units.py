@@ -491,3 +491,45 @@ def test_errors_at_app_start_are_named(make, named):
     with pytest.raises(WorkflowError, match=named):
         raise error
     assert "nothing was submitted" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("H100", None),
+        ("a100-80gb,H100", None),
+        ("H100!:2", None),
+        ("B300", "GPU type 'B300' is not one the plugin knows"),
+        ("A100-80GB,X1", "GPU type 'X1' is not one"),
+        ("H100:0", "positive integer"),
+    ],
+)
+def test_gpu_types_are_checked_before_the_build(spec, problem):
+    from snakemake_executor_plugin_modal.preflight import gpu_problem
+
+    found = gpu_problem(spec, "--modal-gpu")
+    if problem is None:
+        assert found is None
+    else:
+        assert found.startswith("--modal-gpu") and problem in found
+        if "GPU type" in problem:
+            assert "allowed: A10, A100, A100-40GB, A100-80GB, A10G, B200" in found
+
+
+def test_settings_problems_name_every_refusal(fake_modal, monkeypatch):
+    from snakemake_executor_plugin_modal import ExecutorSettings
+    from snakemake_executor_plugin_modal.preflight import (
+        requested_settings,
+        settings_problems,
+    )
+
+    monkeypatch.setenv("FAKE_MODAL_NO_TOKEN", "1")
+    settings = ExecutorSettings(gpu="X9000", local_packages=["no_such_pkg_xyz"])
+    assert requested_settings() is settings  # recorded when Snakemake makes them
+    problems = settings_problems(settings)
+    assert len(problems) == 3, problems
+    assert problems[0].startswith("no Modal credentials")
+    assert "--modal-gpu = 'X9000'" in problems[1]
+    assert "'no_such_pkg_xyz' is not importable here" in problems[2]
+    monkeypatch.delenv("FAKE_MODAL_NO_TOKEN")
+    assert settings_problems(ExecutorSettings(gpu="L4")) == []
