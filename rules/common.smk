@@ -430,6 +430,15 @@ if workflow.output_settings.dryrun:
     print("\n".join(_lines), file=sys.stderr)
 
 
+# A run on Modal: what it would refuse, before the plugin builds its image (a dry run
+# says it as warnings); multigeom_workflow.on_modal.preflight
+from multigeom_workflow.on_modal.preflight import before_modal_run
+
+before_modal_run(
+    workflow, SCENARIO, lambda: _estimates(progress(SCENARIO, with_ceiling=True))[1]
+)
+
+
 def check_before_first_job():
     """
     At the start of a real run, where the executor is known: local runs need

@@ -225,3 +225,41 @@ def test_modal_check_on_the_fake(tmp_path):
     )
     assert too_little.returncode == 2
     assert "--max-cost-usd 0.001 buys 6 s of T4" in too_little.stderr
+
+
+def test_what_a_modal_run_would_refuse_is_said_before_the_image_is_built(tmp_path):
+    """Without a token, on a GPU type Modal does not offer and above the budget: the
+    dry run of the Modal profile says all of it as warnings (and exits 0); the run
+    stops with the same lines before any image is built or job submitted."""
+    work = workflow_copy(tmp_path / "wf")
+    over = work / "tests" / "data" / "modal-over.yaml"
+    over.write_text("modal:\n  gpu: B300\n  max_cost_usd: 0.0001\n")
+    fake_dir = tmp_path / "fake-modal"
+    fake_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_TOKEN")} | {
+        "PYTHONPATH": str(FAKE_MODAL),
+        "FAKE_MODAL_DIR": str(fake_dir),
+        "FAKE_MODAL_NO_TOKEN": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/modal"]
+    cmd += ["--configfile", str(work / "tests" / "data" / TINY_CONFIG.name)]
+    cmd += [str(over), "--cores", "2"]
+    dry = subprocess.run(
+        [*cmd, "-n"], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    warned = [
+        line
+        for line in dry.stderr.splitlines()
+        if line.startswith("warning: a run on Modal would stop:")
+    ]
+    assert any("no Modal credentials" in line for line in warned), warned
+    assert any("config key 'modal.gpu' = 'B300'" in line for line in warned), warned
+    assert any("budget:" in line for line in warned), warned
+    run = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "no Modal credentials: run `modal token new`" in run.stderr
+    assert "config key 'modal.gpu' = 'B300'" in run.stderr
+    assert "[fake modal] building" not in run.stdout + run.stderr
+    assert not (fake_dir / "calls.jsonl").exists()
