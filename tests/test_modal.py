@@ -263,3 +263,31 @@ def test_what_a_modal_run_would_refuse_is_said_before_the_image_is_built(tmp_pat
     assert "config key 'modal.gpu' = 'B300'" in run.stderr
     assert "[fake modal] building" not in run.stdout + run.stderr
     assert not (fake_dir / "calls.jsonl").exists()
+
+
+def test_a_mistyped_volume_is_said_not_counted_as_empty(tmp_path):
+    """Modal looks a volume up lazily: progress on a volume that does not exist says
+    so (exit status 2), instead of counting no file there."""
+    fake_dir = tmp_path / "fake-modal"
+    (fake_dir / "volumes" / "multigeom-fig4de").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(FAKE_MODAL), "FAKE_MODAL_DIR": str(fake_dir)}
+    cmd = [sys.executable, "-m", "multigeom_workflow.cli", "progress"]
+    cmd += ["--configfile", str(TINY_CONFIG), "--workflow-dir", str(REPO)]
+    typo = subprocess.run(
+        [*cmd, "--modal-volume", "multigeom-fig4d"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert typo.returncode == 2
+    assert "--modal-volume 'multigeom-fig4d': no such volume on Modal" in typo.stderr
+    assert "0 /" not in typo.stdout
+    there = subprocess.run(
+        [*cmd, "--modal-volume", "multigeom-fig4de"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert there.stdout.splitlines()[-1].split()[-3:] == ["0", "/", "8"], there.stderr

@@ -533,3 +533,36 @@ def test_settings_problems_name_every_refusal(fake_modal, monkeypatch):
     assert "'no_such_pkg_xyz' is not importable here" in problems[2]
     monkeypatch.delenv("FAKE_MODAL_NO_TOKEN")
     assert settings_problems(ExecutorSettings(gpu="L4")) == []
+
+
+def test_part_files_of_a_killed_container_are_removed_and_never_listed(
+    fake_modal, tmp_path
+):
+    """A container killed between copying an output to its part file and renaming it
+    leaves ``.<name>.part-*`` on the volume (Modal commits in the background): the
+    executor never lists it, and the job's next container deletes it first."""
+    from snakemake_executor_plugin_modal.container import PART, remove_parts
+
+    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    committed = tmp_path / "fake-modal" / "volumes" / "units" / "proj"
+    (committed / "out").mkdir(parents=True)
+    (committed / "out" / "a.txt").write_text("done")
+    (committed / "out" / f".b.txt{PART}0a1b2c").write_text("half")
+    stager = VolumeStager(volume, "proj", tmp_path / "work")
+    assert sorted(stager.files()) == ["out/a.txt"]
+    assert remove_parts(committed, ["out/a.txt"]) == []  # another file's: kept
+    assert remove_parts(committed, ["out/b.txt"]) == [f"out/.b.txt{PART}0a1b2c"]
+    assert sorted(p.name for p in (committed / "out").iterdir()) == ["a.txt"]
+
+
+def test_the_logs_hint_names_the_app_id(tmp_path):
+    """An ephemeral app has no name `modal app logs` can find: the hint gives its id."""
+    from snakemake_executor_plugin_modal import Executor
+    from snakemake_executor_plugin_modal.calls import Outcome, RunApp
+
+    app = RunApp.__new__(RunApp)
+    app.app = types.SimpleNamespace(name="snakemake-wf", app_id="ap-1a2b3c")
+    executor = types.SimpleNamespace(workdir=tmp_path, app=app)
+    job_info = types.SimpleNamespace(aux={"spec": {"log": ".snakemake/modal/j.log"}})
+    text = Executor.log_report(executor, job_info, Outcome(False))
+    assert "`modal app logs ap-1a2b3c`" in text

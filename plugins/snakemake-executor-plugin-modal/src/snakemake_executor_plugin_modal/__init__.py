@@ -526,7 +526,7 @@ class Executor(RemoteExecutor):
         else:
             return (
                 "no log reached the volume (the container was lost before its first "
-                f"sync); Modal's own logs: `modal app logs {self.app.app.name}`\n"
+                f"sync); Modal's own logs: `modal app logs {self.app.app_id}`\n"
             )
         return f"last lines of its log ({where}):\n" + "\n".join(tail) + "\n"
 

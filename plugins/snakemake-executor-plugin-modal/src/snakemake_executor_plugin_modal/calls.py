@@ -222,6 +222,14 @@ class RunApp:
                 e, [gpu.modal_spec for gpu in self.gpu_functions]
             ) from None
 
+    @property
+    def app_id(self) -> str:
+        """
+        Modal's id of the running app (``ap-...``): what ``modal app logs`` takes for
+        an ephemeral app, which has no name the CLI can look up.
+        """
+        return getattr(self.app, "app_id", None) or "<app id: see Modal's dashboard>"
+
     def spawn(
         self, spec: dict, gpu: GpuRequest | None, cpu: float, memory_mb, timeout_s
     ):

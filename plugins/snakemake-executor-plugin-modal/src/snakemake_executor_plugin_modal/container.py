@@ -30,14 +30,25 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
-__all__ = ["DONE", "JOB_LOG", "TARGETS", "python_path", "run_job"]
+__all__ = [
+    "DONE",
+    "JOB_LOG",
+    "PART",
+    "TARGETS",
+    "python_path",
+    "remove_parts",
+    "run_job",
+]
 
 #: Where, below the working directory, the container's log of a job is written.
 JOB_LOG = ".snakemake/modal/{name}.log"
 #: Folder of the markers of finished outputs (``<output>@<key>``) on the volume.
 DONE = ".snakemake/modal/done"
+#: What marks a part file (a copy to the volume not yet renamed into place).
+PART = ".part-"
 #: Stands in the command for the ``--target-jobs`` of the jobs left to run.
 TARGETS = "@MODAL_TARGET_JOBS@"
 
@@ -79,6 +90,10 @@ def run_job(spec: dict) -> dict:
     work = Path(tempfile.mkdtemp(prefix="snakemake-job-"))
     for rel in spec["stage"]:
         _copy(root / rel, work / rel)
+    # part files of an earlier container of this job, killed mid-copy
+    remove_parts(
+        root, [*(rel for rel, _ in spec["outputs"]), *spec["results"], spec["log"]]
+    )
     members = spec.get("members", [])
     keys = {rel: m["key"] for m in members for rel in m["outputs"]}
     done = [m for m in members if _finished(root, m)]
@@ -221,6 +236,23 @@ def python_path(packages: list[str], existing: str | None = None) -> str:
     return os.pathsep.join([*folders, *([existing] if existing else [])])
 
 
+def remove_parts(root: Path, paths) -> list[str]:
+    """
+    Delete the part files (``.<name>.part-*``) that an earlier container, killed while
+    copying, left beside these paths of the volume; returns those removed (relative
+    to ``root``). Only the job that writes a path copies to its part files.
+    """
+    gone = []
+    for rel in paths:
+        target = root / rel
+        if not target.parent.is_dir():
+            continue
+        for part in target.parent.glob(f".{target.name}{PART}*"):
+            _remove(part)
+            gone.append(part.relative_to(root).as_posix())
+    return sorted(gone)
+
+
 def _finished(root: Path, member: dict) -> bool:
     """Whether all outputs of a job are on the volume, marked with its key."""
     return bool(member["outputs"]) and all(
@@ -307,8 +339,14 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def _copy_atomically(src: Path, dst: Path) -> None:
-    """Copy a file or folder so that ``dst`` never exists half-written."""
-    tmp = dst.with_name(f".{dst.name}.part-{os.getpid()}")
+    """
+    Copy a file or folder so that ``dst`` never exists half-written: to
+    ``.<name>.part-<random>`` beside it, then renamed. (A container killed between the
+    two can leave the part file, which Modal's background commits may have committed:
+    :func:`remove_parts` deletes those of a job's outputs when it starts again, and
+    the executor never lists them.)
+    """
+    tmp = dst.with_name(f".{dst.name}{PART}{uuid.uuid4().hex[:12]}")
     _copy(src, tmp)
     if dst.is_dir() and not dst.is_symlink():
         shutil.rmtree(dst)

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from snakemake_interface_common.exceptions import WorkflowError
 
-from .container import DONE
+from .container import DONE, PART
 
 __all__ = ["MANIFEST", "VolumeStager", "default_prefix", "relative_to_workdir"]
 
@@ -110,7 +110,8 @@ class VolumeStager:
         -------
         dict
             Path relative to the working directory -> ``modal.volume.FileEntry``;
-            empty if the folder (or the volume) does not exist.
+            empty if the folder (or the volume) does not exist. Part files left by
+            a container killed mid-copy are left out.
         """
         import modal.exception
 
@@ -123,7 +124,7 @@ class VolumeStager:
         return {
             str(PurePosixPath(e.path).relative_to(base)): e
             for e in entries
-            if _is_file(e)
+            if _is_file(e) and not _is_part(e.path)
         }
 
     def remove(self, paths: Iterable[str]) -> list[str]:
@@ -353,6 +354,13 @@ class VolumeStager:
         with self._lock:
             self._hashes[frel] = (st.st_size, st.st_mtime_ns, digest.hexdigest())
             self._manifest[frel] = digest.hexdigest()
+
+
+def _is_part(path: str) -> bool:
+    """Whether a volume path is a part file left by a container killed mid-copy
+    (``.<name>.part-<random>``, :func:`~.container._copy_atomically`)."""
+    name = PurePosixPath(path).name
+    return name.startswith(".") and PART in name
 
 
 def _is_file(entry) -> bool:

@@ -94,26 +94,29 @@ class Volume:
         create_if_missing: bool = False,
         **_ignored,
     ) -> Volume:
-        """Reference volume ``name``.
-
-        NotFoundError if missing and not ``create_if_missing``. (Real Modal resolves
-        lazily and raises on first use; the fake checks right away.)
-        """
+        """Reference volume ``name``, lazily as Modal 1.6 does (``_Volume.from_name``
+        in ``modal/volume.py`` only builds a loader): a volume that does not exist
+        raises ``NotFoundError`` at its first use (``hydrate()``, ``listdir``, ...),
+        or is created then if ``create_if_missing``."""
         if not _NAME_RE.match(name):
             raise InvalidError(f"fake modal: invalid volume name {name!r}")
-        folder = _volume_dir(name)
-        if not folder.is_dir():
-            if not create_if_missing:
-                raise NotFoundError(f"Volume '{name}' not found")
-            folder.mkdir(parents=True, exist_ok=True)
-        return Volume(name, _mounted_views().get(name))
+        volume = Volume(name, _mounted_views().get(name))
+        volume._create_if_missing = create_if_missing
+        return volume
+
+    def hydrate(self, client=None) -> Volume:
+        """Look the volume up now (``_Object.hydrate``, ``modal/_object.py``)."""
+        self._committed  # noqa: B018 - the lookup
+        return self
 
     # -- committed-store helpers -----------------------------------------------
     @property
     def _committed(self) -> Path:
         folder = _volume_dir(self.name)
         if not folder.is_dir():
-            raise NotFoundError(f"Volume '{self.name}' not found")
+            if not getattr(self, "_create_if_missing", False):
+                raise NotFoundError(f"Volume '{self.name}' not found")
+            folder.mkdir(parents=True, exist_ok=True)
         return folder
 
     def _entry(self, p: Path) -> FileEntry:
