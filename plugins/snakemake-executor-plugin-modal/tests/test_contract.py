@@ -56,6 +56,10 @@ CALLS = [
     ("Volume.read_file", ("self", "prefix/a.txt"), {}),
     ("Volume.batch_upload", ("self",), {"force": True}),
     ("Volume.commit", ("self",), {}),
+    ("Volume.remove_file", ("self", "prefix/a.txt"), {}),
+    ("Volume.hydrate", ("self",), {}),
+    ("volume.VolumeUploadContextManager.put_file", ("self", "a", "/b"), {}),
+    ("App.function", ("self",), dict(image=None, gpu="T4", timeout=60, volumes={})),
     ("config.config.get", ("token_id",), {}),
 ]
 ATTRIBUTES = [
@@ -216,6 +220,60 @@ def modal_names(tree: ast.AST) -> set[str]:
             ):
                 names.add(node.attr)
     return names
+
+
+#: Methods called on Modal's objects (a volume, a function, a call, an app, an image,
+#: a batch upload), by the plugin or the workflow's on_modal/ modules: each must be in
+#: CALLS, so that its signature is checked against the installed modal.
+OBJECT_METHODS = {
+    "batch_upload", "build", "cancel", "commit", "function", "hydrate", "listdir",
+    "put_file", "read_file", "remove_file", "spawn", "with_options",
+}  # fmt: skip
+WORKFLOW_ON_MODAL = PLUGIN.parents[3] / "src" / "multigeom_workflow" / "on_modal"
+
+
+def _called_methods(tree: ast.AST) -> set[str]:
+    return {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+
+
+def test_file_entry_fields_are_modals(backend):
+    """The fields of a listed entry the plugin reads (path, type, mtime, size)."""
+    import dataclasses
+
+    fields = [f.name for f in dataclasses.fields(backend.volume.FileEntry)]
+    assert fields == ["path", "type", "mtime", "size"]
+    assert backend.volume.FileEntryType.FILE == 1
+
+
+def test_every_method_called_on_modal_objects_is_in_the_contract():
+    """Calls on Modal's objects (``volume.remove_file(...)``, ``app.run()``, ...) in
+    the plugin and in the workflow's on_modal/ modules: each one is checked."""
+    sources = [*PLUGIN.glob("*.py")]
+    if WORKFLOW_ON_MODAL.is_dir():  # the plugin's own checkout has no workflow
+        sources += [*WORKFLOW_ON_MODAL.glob("*.py")]
+    called = set()
+    for f in sources:
+        called |= _called_methods(ast.parse(f.read_text()))
+    covered = {n.split(".")[-1] for n, _, _ in CALLS}
+    assert {"remove_file", "listdir", "batch_upload", "spawn"} <= called
+    assert called & OBJECT_METHODS <= covered, (called & OBJECT_METHODS) - covered
+    assert {"run", "get"} <= covered  # App.run(), FunctionCall.get(timeout=0)
+
+
+def test_every_modal_name_in_the_workflow_is_in_the_contract():
+    """The workflow's on_modal/ modules read Modal's names too."""
+    if not WORKFLOW_ON_MODAL.is_dir():
+        pytest.skip("not in the workflow's checkout")
+    covered = {part for n, _, _ in CALLS for part in n.split(".")}
+    covered |= {part for a in ATTRIBUTES for part in a.split(".")}
+    used = set()
+    for f in WORKFLOW_ON_MODAL.glob("*.py"):
+        used |= modal_names(ast.parse(f.read_text()))
+    assert used <= covered, used - covered
 
 
 def test_every_modal_name_in_the_plugin_is_in_the_contract():

@@ -49,9 +49,10 @@ Volume consistency. Inside the container, ``modal.Volume.from_name(name)`` of a
 mounted volume returns a handle whose ``commit()`` pushes the files
 created/changed/deleted in the view since spawn (or the last commit/reload) into the
 committed folder, and whose ``reload()`` pulls other commits into the view without
-touching files changed locally. Unlike real Modal the view is NOT committed when the
-container exits: a function that forgets ``commit()`` loses its outputs, which the
-fake makes visible on purpose. Clients see committed files only.
+touching files changed locally. As Modal does, the view is committed when the
+function ends (returns or raises: ``volume_commit`` in
+``modal/_runtime/user_code_imports.py``), not when the container is killed. Clients see
+committed files only.
 
 Calls. ``FunctionCall.get`` returns the JSON value; an exception raised in the
 container is pickled there and raised again here with its own class, marked with

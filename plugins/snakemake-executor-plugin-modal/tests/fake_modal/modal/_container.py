@@ -77,11 +77,29 @@ def main(spec_path: str) -> int:
                 "line_cache": line_cache,
             }
         )
+    _commit_at_exit()
     tmp = spec["result"] + ".tmp"
     with open(tmp, "w") as fh:
         fh.write(text)
     os.replace(tmp, spec["result"])
     return 0
+
+
+def _commit_at_exit() -> None:
+    """
+    Commit the mounted volumes when the function has ended (returned or raised), as
+    Modal does on a container's graceful exit on the user's behalf
+    (``volume_commit`` in ``modal/_runtime/user_code_imports.py`` and
+    ``modal/_runtime/task_lifecycle_manager.py``: failures logged, not raised). A
+    container that is killed (preempted, timed out, cancelled) commits nothing.
+    """
+    from .volume import Volume, _mounted_views
+
+    for name, view in _mounted_views().items():
+        try:
+            Volume(name, view)._push()
+        except Exception as e:  # logged, as Modal's background commit
+            print(f"modal.Volume background commit failed for {name}: {e}")
 
 
 if __name__ == "__main__":

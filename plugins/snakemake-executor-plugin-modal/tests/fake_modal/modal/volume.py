@@ -210,6 +210,10 @@ class Volume:
         if self._view is None:
             return
         _commit_fault()
+        self._push()
+
+    def _push(self) -> None:
+        """Push the view's changes into the committed folder (see ``commit``)."""
         committed = self._committed
         with locked(f"volume-{self.name}"):
             baseline = _load_baseline(self._view)
@@ -376,6 +380,10 @@ class _BatchUpload:
                     )
 
 
+#: Modal's name of what ``batch_upload`` yields (``modal/volume.py``).
+VolumeUploadContextManager = _BatchUpload
+
+
 # -- container views -----------------------------------------------------------
 def _baseline_file(view: Path) -> Path:
     return view.with_name(view.name + ".baseline.json")
@@ -396,4 +404,4 @@ def _make_view(volume: Volume, view: Path) -> None:
     _save_baseline(view, scan(view))
 
 
-__all__ = ["FileEntry", "FileEntryType", "Volume"]
+__all__ = ["FileEntry", "FileEntryType", "Volume", "VolumeUploadContextManager"]
