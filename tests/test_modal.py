@@ -199,9 +199,14 @@ def test_a_rerun_reuses_the_files_on_the_volume(modal_run):
 
 
 def test_modal_check_on_the_fake(tmp_path):
-    """`modal-check` builds the profile's image, runs one capped job on the cheapest
-    GPU and sends a file through the volume; the fake has no GPU, which it reports."""
+    """`modal-check` runs what a real run runs: the profile's image built (its output
+    shown), the plugin's container entry starting a one-job Snakemake workflow from a
+    scratch folder that imports multigeom_workflow, on the config's GPU fallback list,
+    a file through the volume and back, a timeout from the cost cap. The fake has no
+    GPU and no nvidia-smi, which it reports."""
     fake_dir = tmp_path / "fake-modal"
+    config = tmp_path / "gpu.yaml"
+    config.write_text("modal:\n  gpu: L4,T4\n")
     env = {
         **os.environ,
         "PYTHONPATH": str(FAKE_MODAL),
@@ -209,22 +214,42 @@ def test_modal_check_on_the_fake(tmp_path):
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
     cmd = [sys.executable, "-m", "multigeom_workflow.cli", "modal-check"]
+    cmd += ["--configfile", str(config)]
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     out = result.stdout
     assert "[fake modal] building" in out  # the build's output is shown
-    assert "image build (or cache lookup):" in out and "cold start:" in out
-    assert "GPU job on T4:" in out and "USD" in out
-    assert "volume round trip: ok" in out
+    assert "image build (or cache lookup) and app start:" in out
+    assert "cold start:" in out
+    assert "GPU job on L4,T4:" in out and "USD" in out
+    assert "job log: multigeom_workflow from" in out  # the job's own Python found it
+    assert "volume round trip: ok" in out, result.stderr[-3000:]
     assert result.returncode == 1
+    assert "nvidia-smi found no GPU" in result.stderr
     assert "torch sees no GPU in the container" in result.stderr
+    assert "could not import multigeom_workflow" not in result.stderr
     call = json.loads((fake_dir / "calls.jsonl").read_text())
-    # 0.05 USD of T4 at 0.000164 USD/s: the container may run 304 s at most
-    assert call["gpu"] == "T4" and call["timeout"] == 304
+    # the plugin's container entry, on the fallback list's own function; 0.25 USD at
+    # the dearest type's price (L4, 0.000222 USD/s) buys 1126 s at most
+    assert call["module"] == "snakemake_executor_plugin_modal.container"
+    assert call["gpu"] == ["L4", "T4"] and call["timeout"] == 1126
+    assert "python -m snakemake" in call["args"][0]["command"]
+    # the check's files are gone from the volume
+    assert not list((fake_dir / "volumes").rglob("question.txt"))
     too_little = subprocess.run(
         [*cmd, "--max-cost-usd", "0.001"], env=env, capture_output=True, text=True
     )
     assert too_little.returncode == 2
-    assert "--max-cost-usd 0.001 buys 6 s of T4" in too_little.stderr
+    assert "--max-cost-usd 0.001 buys 4 s of L4,T4" in too_little.stderr
+    unknown = config.with_name("b300.yaml")
+    unknown.write_text("modal:\n  gpu: B300\n")
+    refused = subprocess.run(
+        [*cmd[:-2], "--configfile", str(unknown)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2
+    assert "config key 'modal.gpu' = 'B300'" in refused.stderr
 
 
 def test_what_a_modal_run_would_refuse_is_said_before_the_image_is_built(tmp_path):

@@ -80,9 +80,12 @@ def run_job(spec: dict) -> dict:
     -------
     dict
         ``returncode`` (int), ``seconds`` (float, wall-clock of the command),
+        ``started`` (float, epoch seconds when this function was entered: the end of
+        the container's cold start),
         ``log_tail`` (str, the last 40 lines of the job's log), ``synced`` (outputs
         now on the volume), ``reused`` (outputs found finished on the volume).
     """
+    entered = time.time()
     import modal
 
     volume = modal.Volume.from_name(spec["volume"])
@@ -112,6 +115,7 @@ def run_job(spec: dict) -> dict:
         return {
             "returncode": 0,
             "seconds": 0.0,
+            "started": entered,
             "log_tail": log.read_text(),
             "synced": [],
             "reused": reused,
@@ -184,6 +188,7 @@ def run_job(spec: dict) -> dict:
     return {
         "returncode": proc.returncode,
         "seconds": seconds,
+        "started": entered,
         "log_tail": "\n".join(tail),
         "synced": sorted(synced),
         "reused": reused,
