@@ -763,6 +763,7 @@ class FunctionCall:
         self._lock = threading.Lock()
         self._exited = False  # main process has exited (not yet reaped, maybe)
         self._reason: str | None = None  # why the fake killed it
+        self._preempted_once = False  # fault injection: at most one preemption
         self._done = threading.Event()
         self._timers = [threading.Timer(timeout, self._kill, ("timeout",))]
         if preempt_after is not None:
@@ -845,6 +846,13 @@ class FunctionCall:
         with self._lock:
             if self._exited or self._reason is not None:
                 return
+            if reason == "preempted":
+                # one preemption per call: the fallback timer of the first container
+                # must not preempt the restarted one (the race that made the
+                # preemption test flaky)
+                if self._preempted_once:
+                    return
+                self._preempted_once = True
             self._reason = reason
             try:
                 os.killpg(self._proc.pid, signal.SIGKILL)
