@@ -95,10 +95,11 @@ raise ``modal.exception.ConnectionError`` (nothing started).
 Apps: functions are added before ``app.run()``; ``Function.with_options`` takes one
 GPU string (as Modal 1.6), ``app.function`` a list too.
 
-Not implemented: GPUs, image builds (steps are only printed; ``pip_install`` and
-``add_local_python_source`` do not affect what the container can import - it uses the
-client's interpreter and PYTHONPATH), retries (recorded only), serialized functions,
-``.map``, classes, sandboxes, deployed apps.
+Not implemented: GPUs (types are only checked), image builds (steps are only
+printed; ``pip_install`` does not change what the container can import: it uses the
+client's interpreter and its installed packages, local sources only from ``/root``),
+retries (recorded only), serialized functions, ``.map``, classes, sandboxes, deployed
+apps.
 """
 
 from __future__ import annotations
@@ -517,8 +518,12 @@ class Function:
         **_ignored: Any,
     ) -> Function:
         """
-        The same function with other resources (Modal 1.6: ``gpu`` is one string
-        here, a list is refused; an option left None keeps the base value).
+        The same function with other resources. As Modal 1.6, ``gpu`` is one string
+        here and a list is refused (``_FunctionOptions.new`` in
+        ``modal/_function_variants.py``, ``parse_gpu_config`` in
+        ``modal/_utils/function_utils.py``): a ranked fallback list is given only to
+        ``App.function``, and an option left None keeps the base value (a function
+        declared with a list keeps it).
         """
         if gpu is not None and not isinstance(gpu, str):
             raise InvalidError(
