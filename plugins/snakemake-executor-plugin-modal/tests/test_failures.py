@@ -343,9 +343,9 @@ rule default_gpu:
 @pytest.mark.parametrize(
     ("fault", "raised"),
     [
-        ("TimeoutError", "TimeoutError: commit timed out"),  # Python's, not "running"
-        ("ETIMEDOUT", "TimeoutError: [Errno 110]"),  # OSError(ETIMEDOUT) is one too
-        ("OSError", "ConnectionResetError: [Errno 104]"),
+        # Python's, not "running" (an OSError with ETIMEDOUT is one too; that and
+        # other OSErrors: test_contract, with the real client's marks)
+        ("TimeoutError", "TimeoutError: commit timed out"),
         ("ConnectionError", "ConnectionError: Deadline exceeded"),  # Modal's own
     ],
 )
