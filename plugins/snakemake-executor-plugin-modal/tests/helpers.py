@@ -30,6 +30,8 @@ def run_snakemake(
     (workdir / "Snakefile").write_text(snakefile)
     cmd = [sys.executable, "-m", "snakemake", "--executor", "modal", "--jobs", "2"]
     cmd += ["--modal-volume", "tests", "--modal-gpu", "T4", "--latency-wait", "1"]
+    # Snakemake asks for the jobs' states every 10 s by default: every 2 s here
+    cmd += ["--seconds-between-status-checks", "2"]
     full_env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
