@@ -282,6 +282,14 @@ def test_what_a_modal_run_would_refuse_is_said_before_the_image_is_built(tmp_pat
     assert any("no Modal credentials" in line for line in warned), warned
     assert any("config key 'modal.gpu' = 'B300'" in line for line in warned), warned
     assert any("budget:" in line for line in warned), warned
+    # the same dry run for a local run says nothing of Modal's refusals
+    local = [sys.executable, "-m", "snakemake", "-n", "--cores", "2"]
+    local += ["--configfile", str(work / "tests" / "data" / TINY_CONFIG.name)]
+    local_dry = subprocess.run(
+        [*local, str(over)], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert local_dry.returncode == 0, local_dry.stderr[-3000:]
+    assert "a run on Modal would stop" not in local_dry.stderr
     run = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     assert run.returncode != 0
     assert "no Modal credentials: run `modal token new`" in run.stderr
