@@ -199,9 +199,14 @@ def test_a_rerun_reuses_the_files_on_the_volume(modal_run):
 
 
 def test_modal_check_on_the_fake(tmp_path):
-    """`modal-check` builds the profile's image, runs one capped job on the cheapest
-    GPU and sends a file through the volume; the fake has no GPU, which it reports."""
+    """`modal-check` runs what a real run runs: the profile's image built (its output
+    shown), the plugin's container entry starting a one-job Snakemake workflow from a
+    scratch folder that imports multigeom_workflow, on the config's GPU fallback list,
+    a file through the volume and back, a timeout from the cost cap. The fake has no
+    GPU and no nvidia-smi, which it reports."""
     fake_dir = tmp_path / "fake-modal"
+    config = tmp_path / "gpu.yaml"
+    config.write_text("modal:\n  gpu: L4,T4\n")
     env = {
         **os.environ,
         "PYTHONPATH": str(FAKE_MODAL),
@@ -209,19 +214,113 @@ def test_modal_check_on_the_fake(tmp_path):
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
     cmd = [sys.executable, "-m", "multigeom_workflow.cli", "modal-check"]
+    cmd += ["--configfile", str(config)]
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     out = result.stdout
     assert "[fake modal] building" in out  # the build's output is shown
-    assert "image build (or cache lookup):" in out and "cold start:" in out
-    assert "GPU job on T4:" in out and "USD" in out
-    assert "volume round trip: ok" in out
+    assert "image build (or cache lookup) and app start:" in out
+    assert "cold start:" in out
+    assert "GPU job on L4,T4:" in out and "USD" in out
+    assert "job log: multigeom_workflow from" in out  # the job's own Python found it
+    assert "volume round trip: ok" in out, result.stderr[-3000:]
     assert result.returncode == 1
+    assert "nvidia-smi found no GPU" in result.stderr
     assert "torch sees no GPU in the container" in result.stderr
+    assert "could not import multigeom_workflow" not in result.stderr
     call = json.loads((fake_dir / "calls.jsonl").read_text())
-    # 0.05 USD of T4 at 0.000164 USD/s: the container may run 304 s at most
-    assert call["gpu"] == "T4" and call["timeout"] == 304
+    # the plugin's container entry, on the fallback list's own function; 0.25 USD at
+    # the dearest type's price (L4, 0.000222 USD/s) buys 1126 s at most
+    assert call["module"] == "snakemake_executor_plugin_modal.container"
+    assert call["gpu"] == ["L4", "T4"] and call["timeout"] == 1126
+    assert "python -m snakemake" in call["args"][0]["command"]
+    # the check's files are gone from the volume
+    assert not list((fake_dir / "volumes").rglob("question.txt"))
     too_little = subprocess.run(
         [*cmd, "--max-cost-usd", "0.001"], env=env, capture_output=True, text=True
     )
     assert too_little.returncode == 2
-    assert "--max-cost-usd 0.001 buys 6 s of T4" in too_little.stderr
+    assert "--max-cost-usd 0.001 buys 4 s of L4,T4" in too_little.stderr
+    unknown = config.with_name("b300.yaml")
+    unknown.write_text("modal:\n  gpu: B300\n")
+    refused = subprocess.run(
+        [*cmd[:-2], "--configfile", str(unknown)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2
+    assert "config key 'modal.gpu' = 'B300'" in refused.stderr
+
+
+def test_what_a_modal_run_would_refuse_is_said_before_the_image_is_built(tmp_path):
+    """Without a token, on a GPU type Modal does not offer and above the budget: the
+    dry run of the Modal profile says all of it as warnings (and exits 0); the run
+    stops with the same lines before any image is built or job submitted."""
+    work = workflow_copy(tmp_path / "wf")
+    over = work / "tests" / "data" / "modal-over.yaml"
+    over.write_text("modal:\n  gpu: B300\n  max_cost_usd: 0.0001\n")
+    fake_dir = tmp_path / "fake-modal"
+    fake_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_TOKEN")} | {
+        "PYTHONPATH": str(FAKE_MODAL),
+        "FAKE_MODAL_DIR": str(fake_dir),
+        "FAKE_MODAL_NO_TOKEN": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/modal"]
+    cmd += ["--configfile", str(work / "tests" / "data" / TINY_CONFIG.name)]
+    cmd += [str(over), "--cores", "2"]
+    dry = subprocess.run(
+        [*cmd, "-n"], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    warned = [
+        line
+        for line in dry.stderr.splitlines()
+        if line.startswith("warning: a run on Modal would stop:")
+    ]
+    assert any("no Modal credentials" in line for line in warned), warned
+    assert any("config key 'modal.gpu' = 'B300'" in line for line in warned), warned
+    assert any("budget:" in line for line in warned), warned
+    # the same dry run for a local run says nothing of Modal's refusals
+    local = [sys.executable, "-m", "snakemake", "-n", "--cores", "2"]
+    local += ["--configfile", str(work / "tests" / "data" / TINY_CONFIG.name)]
+    local_dry = subprocess.run(
+        [*local, str(over)], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert local_dry.returncode == 0, local_dry.stderr[-3000:]
+    assert "a run on Modal would stop" not in local_dry.stderr
+    run = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "no Modal credentials: run `modal token new`" in run.stderr
+    assert "config key 'modal.gpu' = 'B300'" in run.stderr
+    assert "[fake modal] building" not in run.stdout + run.stderr
+    assert not (fake_dir / "calls.jsonl").exists()
+
+
+def test_a_mistyped_volume_is_said_not_counted_as_empty(tmp_path):
+    """Modal looks a volume up lazily: progress on a volume that does not exist says
+    so (exit status 2), instead of counting no file there."""
+    fake_dir = tmp_path / "fake-modal"
+    (fake_dir / "volumes" / "multigeom-fig4de").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(FAKE_MODAL), "FAKE_MODAL_DIR": str(fake_dir)}
+    cmd = [sys.executable, "-m", "multigeom_workflow.cli", "progress"]
+    cmd += ["--configfile", str(TINY_CONFIG), "--workflow-dir", str(REPO)]
+    typo = subprocess.run(
+        [*cmd, "--modal-volume", "multigeom-fig4d"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert typo.returncode == 2
+    assert "--modal-volume 'multigeom-fig4d': no such volume on Modal" in typo.stderr
+    assert "0 /" not in typo.stdout
+    there = subprocess.run(
+        [*cmd, "--modal-volume", "multigeom-fig4de"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert there.stdout.splitlines()[-1].split()[-3:] == ["0", "/", "8"], there.stderr

@@ -29,6 +29,7 @@ from .compute.gpus import lock_dir, visible_gpu_ids
 from .compute.request import RunSettings
 from .compute.workers import clean_after_killed_runs
 from .inputs.images import resize_notice
+from .on_modal.preflight import before_modal_run
 from .planning.content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
 from .planning.cost import budget_problem, read_timings
 from .planning.live_view import set_plan
@@ -342,9 +343,29 @@ def start(workflow, config: dict) -> Run:
     if dryrun:
         for line in profile_placeholders(workflow):
             _say(f"warning: {line}")
+    # A run on Modal: what it would refuse, before the plugin builds its image (a
+    # dry run says it as warnings), the budget from the files missing now; at
+    # onstart the budget is checked again on Snakemake's plan.
+    before_modal_run(
+        workflow, scenario, lambda: _modal_estimate_at_parse(workflow, run)
+    )
     if not remote:
         DryRunEstimate(workflow, run).install()
     return run
+
+
+def _modal_estimate_at_parse(workflow, run: Run):
+    """The Modal estimate of the per-image files missing now (before the plan)."""
+    from .planning.plan import progress
+
+    settings = workflow.resource_settings
+    return run_estimates(
+        run.scenario,
+        progress(run.scenario, with_ceiling=True),
+        settings.cores,
+        settings.nodes,
+        _resources_given(workflow),
+    )[1]
 
 
 def say_encoder_warnings(run: Run, min_val_corr: float, figures: str) -> None:
@@ -629,9 +650,10 @@ def check_before_first_job(workflow, run: Run) -> None:
     """
     At the start of a real run, where the executor is known: local runs need
     torchvision's weights (`Scenario.blockers`); on Modal the container image holds
-    them, a folder of test images cannot be listed there, and the per-image jobs of
-    Snakemake's plan must fit the budget (``modal.max_cost_usd``) at the config's
-    ``modal.gpu``; a local run with ``device: cuda`` (or ``cuda:N``) asked for on a
+    them, and the per-image jobs of Snakemake's plan must fit the budget
+    (``modal.max_cost_usd``) at the config's ``modal.gpu`` (what else a run on Modal
+    would refuse was said before the image was built:
+    `multigeom_workflow.on_modal.preflight`); a local run with ``device: cuda`` (or ``cuda:N``) asked for on a
     machine without GPU is refused (``auto`` falls back to the CPU with a notice). A
     profile's placeholder (`profile_placeholders`) stops any run.
 
@@ -654,14 +676,7 @@ def check_before_first_job(workflow, run: Run) -> None:
             "run: auto or cpu (with the Modal or SLURM profile the jobs run on their "
             "GPUs)"
         )
-    if name == "modal":
-        if s.test_source == "folder":
-            sys.exit(
-                "config error: config key 'test_images.source' = 'folder': not "
-                "supported on Modal (a container holds only its shard's images, so "
-                "the folder's order cannot be read there); use tinyimagenet or demo, "
-                "or run locally"
-            )
+    if name == "modal":  # the rest was refused before the image was built
         modal = estimates_of_plan(workflow, run, planned_per_image(workflow))[4]
         problem = budget_problem(modal, s.modal["max_cost_usd"])
         if problem:

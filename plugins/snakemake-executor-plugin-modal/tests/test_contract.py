@@ -50,11 +50,16 @@ CALLS = [
     ("Image.pip_install", ("self", "snakemake==9.0"), {}),
     ("Image.run_commands", ("self", "echo cached"), {}),
     ("Image.add_local_python_source", ("self", "snakemake_executor_plugin_modal"), {}),
+    ("Image.build", ("self",), {}),
     ("Volume.from_name", ("vol",), {"create_if_missing": True}),
     ("Volume.listdir", ("self", "prefix"), {"recursive": True}),
     ("Volume.read_file", ("self", "prefix/a.txt"), {}),
     ("Volume.batch_upload", ("self",), {"force": True}),
     ("Volume.commit", ("self",), {}),
+    ("Volume.remove_file", ("self", "prefix/a.txt"), {}),
+    ("Volume.hydrate", ("self",), {}),
+    ("volume.VolumeUploadContextManager.put_file", ("self", "a", "/b"), {}),
+    ("App.function", ("self",), dict(image=None, gpu="T4", timeout=60, volumes={})),
     ("config.config.get", ("token_id",), {}),
 ]
 ATTRIBUTES = [
@@ -67,6 +72,10 @@ ATTRIBUTES = [
     "exception.ConnectionError",
     "exception.InternalError",
     "exception.ServiceError",
+    "exception.AuthError",
+    "exception.InvalidError",
+    "exception.ImageBuildError",
+    "exception.ModuleNotMountable",
     "volume.FileEntryType.FILE",
 ]
 
@@ -149,6 +158,10 @@ def test_exception_hierarchy_as_the_plugin_relies_on(backend):
     assert "modal image logs" in str(
         exc.ImageBuildError("failed; modal image logs im-1", "im-1")
     )
+    assert exc.ImageBuildError("failed", "im-1").image_id == "im-1"
+    assert issubclass(exc.AuthError, exc.Error)
+    # a local package that cannot be mounted: no modal.exception.Error
+    assert not issubclass(exc.ModuleNotMountable, exc.Error)
 
 
 def test_with_options_takes_one_gpu_type_only():
@@ -209,6 +222,60 @@ def modal_names(tree: ast.AST) -> set[str]:
     return names
 
 
+#: Methods called on Modal's objects (a volume, a function, a call, an app, an image,
+#: a batch upload), by the plugin or the workflow's on_modal/ modules: each must be in
+#: CALLS, so that its signature is checked against the installed modal.
+OBJECT_METHODS = {
+    "batch_upload", "build", "cancel", "commit", "function", "hydrate", "listdir",
+    "put_file", "read_file", "remove_file", "spawn", "with_options",
+}  # fmt: skip
+WORKFLOW_ON_MODAL = PLUGIN.parents[3] / "src" / "multigeom_workflow" / "on_modal"
+
+
+def _called_methods(tree: ast.AST) -> set[str]:
+    return {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+
+
+def test_file_entry_fields_are_modals(backend):
+    """The fields of a listed entry the plugin reads (path, type, mtime, size)."""
+    import dataclasses
+
+    fields = [f.name for f in dataclasses.fields(backend.volume.FileEntry)]
+    assert fields == ["path", "type", "mtime", "size"]
+    assert backend.volume.FileEntryType.FILE == 1
+
+
+def test_every_method_called_on_modal_objects_is_in_the_contract():
+    """Calls on Modal's objects (``volume.remove_file(...)``, ``app.run()``, ...) in
+    the plugin and in the workflow's on_modal/ modules: each one is checked."""
+    sources = [*PLUGIN.glob("*.py")]
+    if WORKFLOW_ON_MODAL.is_dir():  # the plugin's own checkout has no workflow
+        sources += [*WORKFLOW_ON_MODAL.glob("*.py")]
+    called = set()
+    for f in sources:
+        called |= _called_methods(ast.parse(f.read_text()))
+    covered = {n.split(".")[-1] for n, _, _ in CALLS}
+    assert {"remove_file", "listdir", "batch_upload", "spawn"} <= called
+    assert called & OBJECT_METHODS <= covered, (called & OBJECT_METHODS) - covered
+    assert {"run", "get"} <= covered  # App.run(), FunctionCall.get(timeout=0)
+
+
+def test_every_modal_name_in_the_workflow_is_in_the_contract():
+    """The workflow's on_modal/ modules read Modal's names too."""
+    if not WORKFLOW_ON_MODAL.is_dir():
+        pytest.skip("not in the workflow's checkout")
+    covered = {part for n, _, _ in CALLS for part in n.split(".")}
+    covered |= {part for a in ATTRIBUTES for part in a.split(".")}
+    used = set()
+    for f in WORKFLOW_ON_MODAL.glob("*.py"):
+        used |= modal_names(ast.parse(f.read_text()))
+    assert used <= covered, used - covered
+
+
 def test_every_modal_name_in_the_plugin_is_in_the_contract():
     """A new Modal name read by the plugin must be added to this contract."""
     covered = {part for n, _, _ in CALLS for part in n.split(".")}
@@ -218,3 +285,84 @@ def test_every_modal_name_in_the_plugin_is_in_the_contract():
         used |= modal_names(ast.parse(f.read_text()))
     assert used, "no Modal name found: the check is broken"
     assert used <= covered, used - covered
+
+
+def _raise(exc):
+    raise exc
+
+
+def _as_the_real_client_raises_it(exc: BaseException) -> BaseException:
+    """`exc` as Modal 1.6 hands a container's exception back: its traceback extracted
+    in the container (``extract_traceback``), then the exception unpickled and given
+    that traceback by the client (``append_modal_tb``), both of modal/_traceback.py."""
+    real_modal()
+    import pickle
+
+    from modal._traceback import append_modal_tb, extract_traceback
+
+    try:
+        _raise(exc)
+    except BaseException as e:
+        tb_dict, line_cache = extract_traceback(e, "ta-01TEST")
+        again = pickle.loads(pickle.dumps(e))
+    append_modal_tb(again, tb_dict, line_cache)
+    return again
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        TimeoutError("commit timed out"),
+        OSError(110, "Connection timed out"),
+        OSError(104, "Connection reset by peer"),
+        "modal.exception.ConnectionError",
+    ],
+)
+def test_an_exception_from_the_container_is_told_from_the_clients(exc):
+    """The marks the plugin reads are the ones the real client sets; the client's own
+    exceptions (transport errors, poll_function's bare TimeoutError) carry none."""
+    modal = real_modal()
+    from snakemake_executor_plugin_modal.calls import ContainerCall, raised_in_container
+
+    if isinstance(exc, str):
+        exc = modal.exception.ConnectionError("Deadline exceeded")
+    remote = _as_the_real_client_raises_it(exc)
+    assert type(remote) is type(exc)
+    assert raised_in_container(remote)
+    assert not raised_in_container(exc)
+    try:
+        _raise(type(exc)(*exc.args))
+    except BaseException as local:
+        assert not raised_in_container(local)
+
+    class Call:
+        object_id = "fc-x"
+
+        def get(self, timeout=None):
+            raise remote
+
+    outcome = ContainerCall(Call(), None, 60, warn=pytest.fail).poll()
+    assert not outcome.ok and outcome.remote
+    assert f"the container raised {type(exc).__name__}" in outcome.message
+
+
+def test_the_fake_marks_a_containers_exception_as_modal_does(fake_modal):
+    from snakemake_executor_plugin_modal.calls import raised_in_container
+
+    # the container imports this module (tests.test_contract) from the image's copy
+    image = fake_modal.Image.debian_slim().add_local_python_source("tests")
+    app = fake_modal.App("t")
+    f = app.function(image=image)(_raising_job)
+    with app.run():
+        call = f.spawn("ETIMEDOUT")
+        with pytest.raises(TimeoutError, match="Errno 110") as info:
+            call.get(timeout=60)
+    assert raised_in_container(info.value)
+
+
+def _raising_job(kind: str):
+    import errno
+
+    if kind == "ETIMEDOUT":
+        raise OSError(errno.ETIMEDOUT, "Connection timed out")
+    return kind

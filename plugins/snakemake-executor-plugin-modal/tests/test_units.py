@@ -122,6 +122,10 @@ class _Call:
 
     def __init__(self, *raises):
         self.raises = list(raises)
+        self.cancels = []
+
+    def cancel(self, terminate_containers=False):
+        self.cancels.append(terminate_containers)
 
     def get(self, timeout=None):
         if self.raises:
@@ -143,6 +147,13 @@ def test_poll_tolerates_transport_errors_for_a_bounded_while(fake_modal):
     gone = ContainerCall(_Call(lost, lost), None, 60, warn=warnings.append, grace_s=0)
     outcome = gone.poll()
     assert not outcome.ok and "could not be reached" in outcome.message
+    assert outcome.given_up
+    # a socket's timeout (an OSError with ETIMEDOUT is a TimeoutError) is a transport
+    # error, bounded; only poll_function's bare TimeoutError() means "running"
+    socket_timeout = OSError(110, "Connection timed out")
+    assert isinstance(socket_timeout, TimeoutError)
+    cut = ContainerCall(_Call(socket_timeout), None, 60, warn=print, grace_s=0)
+    assert "could not be reached" in cut.poll().message
 
 
 def test_poll_takes_expired_output_as_a_failure(fake_modal):
@@ -393,3 +404,165 @@ def test_an_error_stopping_the_app_is_reported_not_raised():
     ]
     app.stop(warn=warnings.append)  # idempotent
     assert len(warnings) == 1
+
+
+def test_a_failed_upload_is_sent_again(fake_modal, tmp_path, monkeypatch):
+    """A batch upload that fails in the middle records nothing as sent: a retry in
+    the same run (same stager) sends every file again."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "in.txt").write_text("input")
+    monkeypatch.setenv("FAKE_MODAL_UPLOAD_ERRORS", "1")
+    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    stager = VolumeStager(volume, "proj", work)
+    with pytest.raises(fake_modal.exception.ConnectionError, match="batch upload"):
+        stager.upload(["in.txt"])
+    assert "in.txt" not in stager.manifest()
+    assert stager.files() == {}
+    assert stager.upload(["in.txt"]) == ["in.txt"]
+    committed = tmp_path / "fake-modal" / "volumes" / "units" / "proj" / "in.txt"
+    assert committed.read_text() == "input"
+    assert VolumeStager(volume, "proj", work).upload(["in.txt"]) == []
+
+
+def test_a_call_given_up_is_cancelled_and_its_cost_counted(fake_modal, monkeypatch):
+    """After the grace period of unreadable status the call is cancelled (its
+    container would go on billing and committing beside the retry's), and the
+    seconds until then are what the ledger counts."""
+    from snakemake_executor_plugin_modal import calls
+
+    clock = iter([1000.0, 1000.0, 1700.0, 1700.0, 1700.0, 9999.0])
+    monkeypatch.setattr(calls.time, "monotonic", lambda: next(clock))
+    lost = fake_modal.exception.ConnectionError("Deadline exceeded")
+    handle = _Call(lost, lost)
+    call = calls.ContainerCall(handle, GpuRequest("H100"), 3600, warn=print)
+    assert call.poll() is None  # t=1000: unreachable since now
+    outcome = call.poll()  # t=1700: 700 s > 600 s of grace
+    assert outcome.given_up and "given up and cancelled" in outcome.message
+    assert handle.cancels == [True] and call.cancelled
+    ledger = Ledger()
+    ledger.add(call.gpu, call.seconds)  # what the executor does with every outcome
+    assert ledger.gpu_seconds == pytest.approx(700.0)
+    assert ledger.cost_usd == pytest.approx(700 * 0.001097)
+
+
+def _real_modal():
+    import modal
+
+    if "fake" in modal.__version__:
+        pytest.skip("the fake modal is imported in this process")
+    import modal.exception
+
+    return modal
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        (
+            lambda exc: exc.ImageBuildError("Image build for im-1 failed", "im-1"),
+            "image could not be built .*modal image logs im-1",
+        ),
+        (lambda exc: exc.AuthError("Token missing"), "refused the credentials"),
+        (
+            lambda exc: exc.InvalidError("GPU type X9000 is not supported"),
+            r"rejected the GPU request \(this run asks for X9000\)",
+        ),
+        (
+            lambda exc: exc.InvalidError("Unsupported Python version: '3.9'."),
+            "image builder does not offer this Python",
+        ),
+        (
+            lambda exc: exc.ModuleNotMountable("mypkg has no spec"),
+            "--modal-local-packages: .*ModuleNotMountable: mypkg has no spec",
+        ),
+        (lambda exc: exc.ConnectionError("Deadline"), "could not be reached"),
+        (lambda exc: exc.NotFoundError("Environment x"), "app could not start"),
+    ],
+)
+def test_errors_at_app_start_are_named(make, named):
+    """What Modal 1.6 raises when the image is built or the app starts, each named
+    for what it is (the real client's exception classes)."""
+    from snakemake_executor_plugin_modal.calls import start_error
+
+    exc = _real_modal().exception
+    error = start_error(make(exc), ["X9000"])
+    assert isinstance(error, WorkflowError)
+    with pytest.raises(WorkflowError, match=named):
+        raise error
+    assert "nothing was submitted" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("H100", None),
+        ("a100-80gb,H100", None),
+        ("H100!:2", None),
+        ("B300", "GPU type 'B300' is not one the plugin knows"),
+        ("A100-80GB,X1", "GPU type 'X1' is not one"),
+        ("H100:0", "positive integer"),
+    ],
+)
+def test_gpu_types_are_checked_before_the_build(spec, problem):
+    from snakemake_executor_plugin_modal.preflight import gpu_problem
+
+    found = gpu_problem(spec, "--modal-gpu")
+    if problem is None:
+        assert found is None
+    else:
+        assert found.startswith("--modal-gpu") and problem in found
+        if "GPU type" in problem:
+            assert "allowed: A10, A100, A100-40GB, A100-80GB, A10G, B200" in found
+
+
+def test_settings_problems_name_every_refusal(fake_modal, monkeypatch):
+    from snakemake_executor_plugin_modal import ExecutorSettings
+    from snakemake_executor_plugin_modal.preflight import (
+        requested_settings,
+        settings_problems,
+    )
+
+    monkeypatch.setenv("FAKE_MODAL_NO_TOKEN", "1")
+    settings = ExecutorSettings(gpu="X9000", local_packages=["no_such_pkg_xyz"])
+    assert requested_settings() is settings  # recorded when Snakemake makes them
+    problems = settings_problems(settings)
+    assert len(problems) == 3, problems
+    assert problems[0].startswith("no Modal credentials")
+    assert "--modal-gpu = 'X9000'" in problems[1]
+    assert "'no_such_pkg_xyz' is not importable here" in problems[2]
+    monkeypatch.delenv("FAKE_MODAL_NO_TOKEN")
+    assert settings_problems(ExecutorSettings(gpu="L4")) == []
+
+
+def test_part_files_of_a_killed_container_are_removed_and_never_listed(
+    fake_modal, tmp_path
+):
+    """A container killed between copying an output to its part file and renaming it
+    leaves ``.<name>.part-*`` on the volume (Modal commits in the background): the
+    executor never lists it, and the job's next container deletes it first."""
+    from snakemake_executor_plugin_modal.container import PART, remove_parts
+
+    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    committed = tmp_path / "fake-modal" / "volumes" / "units" / "proj"
+    (committed / "out").mkdir(parents=True)
+    (committed / "out" / "a.txt").write_text("done")
+    (committed / "out" / f".b.txt{PART}0a1b2c").write_text("half")
+    stager = VolumeStager(volume, "proj", tmp_path / "work")
+    assert sorted(stager.files()) == ["out/a.txt"]
+    assert remove_parts(committed, ["out/a.txt"]) == []  # another file's: kept
+    assert remove_parts(committed, ["out/b.txt"]) == [f"out/.b.txt{PART}0a1b2c"]
+    assert sorted(p.name for p in (committed / "out").iterdir()) == ["a.txt"]
+
+
+def test_the_logs_hint_names_the_app_id(tmp_path):
+    """An ephemeral app has no name `modal app logs` can find: the hint gives its id."""
+    from snakemake_executor_plugin_modal import Executor
+    from snakemake_executor_plugin_modal.calls import Outcome, RunApp
+
+    app = RunApp.__new__(RunApp)
+    app.app = types.SimpleNamespace(name="snakemake-wf", app_id="ap-1a2b3c")
+    executor = types.SimpleNamespace(workdir=tmp_path, app=app)
+    job_info = types.SimpleNamespace(aux={"spec": {"log": ".snakemake/modal/j.log"}})
+    text = Executor.log_report(executor, job_info, Outcome(False))
+    assert "`modal app logs ap-1a2b3c`" in text

@@ -1,12 +1,19 @@
 """
 ``multigeom-workflow modal-check``: a first contact with a real Modal account that
-costs a few cents, to run before the first ``snakemake --profile modal``.
+costs cents, to run before the first ``snakemake --profile modal``.
 
-It builds the container image of the Modal profile (the same pins, local packages and
-build commands as a run), runs one tiny job on the cheapest GPU with a hard time limit
-derived from a cost cap, checks that torch sees the GPU and that a file makes the
-round trip through the volume, and prints what it cost and how long the image build
-and the cold start took.
+It runs what a real run runs, through the executor plugin's own code: the container
+image of the Modal profile (the same pins, local packages and build commands), built
+with its output shown; the run's app with the GPU of the config's ``modal.gpu`` (its
+fallback list too); the plugin's staging of files to the volume; and the plugin's
+container entry (``run_job``), which starts a one-job Snakemake workflow as a
+subprocess from a scratch folder, as it starts a shard. That job runs ``nvidia-smi``,
+imports ``multigeom_workflow`` and torch (the package the per-image jobs import, found
+through the ``PYTHONPATH`` the plugin gives the job), asks torch for the GPU, and
+answers a file sent through the volume; its log and its output come back as a run's
+do. The container is stopped at a hard cost cap (its timeout is the cap divided by
+the GPU's price per second). Printed: the image build and the cold-start times, the
+GPU job's time and cost, and what failed.
 """
 
 from __future__ import annotations
@@ -14,60 +21,66 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 import time
 import uuid
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ..settings.files import CHECKOUT_DIR
+from ..settings.load import load_config
 
-__all__ = ["add_parser", "cheapest_gpu", "main", "probe"]
+__all__ = ["CHECK_SNAKEFILE", "add_parser", "check_gpu", "main"]
 
-#: Where the check's container mounts the volume.
-MOUNT = "/modal-check"
+#: The one-job workflow the check's container runs (as it runs a shard's jobs).
+CHECK_SNAKEFILE = """\
+rule probe:
+    input: "question.txt"
+    output: "answer.txt"
+    shell:
+        "(nvidia-smi || echo 'nvidia-smi: not found or no GPU'); "
+        "python -c 'import multigeom_workflow, torch; "
+        "print(\\"multigeom_workflow from\\", multigeom_workflow.__file__); "
+        "print(\\"torch\\", torch.__version__, "
+        "\\"cuda\\", torch.cuda.is_available())'; "
+        "echo answer to $(cat {input}) > {output}"
+"""
+#: The check's job log, relative to its working directory.
+CHECK_LOG = ".snakemake/modal/modal-check.log"
+#: Shortest container time a cost cap must buy, seconds.
+MIN_SECONDS = 60
 
 
-def cheapest_gpu() -> tuple[str, float]:
-    """The cheapest GPU type of the plugin's price table and its USD per second."""
-    from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
-
-    gpu = min(PRICES_USD_PER_S, key=PRICES_USD_PER_S.get)
-    return gpu, PRICES_USD_PER_S[gpu]
+def here_name() -> Path:
+    """The workflow's own config file, relative to a checkout."""
+    return Path("config", "config.yaml")
 
 
-def probe(mount: str, volume_name: str, question: str, answer: str) -> dict:
+def check_gpu(spec: str):
     """
-    Runs in the container: torch's view of the GPU, and the volume round trip (read
-    the file the client sent, write the answer and commit it).
+    The plugin's GPU request for ``modal.gpu`` (a type, a count, or a fallback list)
+    and the price that bounds it (its dearest type), USD per second.
 
-    Returns
-    -------
-    dict
-        ``started`` (epoch seconds), ``cuda`` (bool), ``device`` (str), ``torch``
-        (version), ``read`` (the question file's text, or None).
+    Raises
+    ------
+    ValueError
+        If the specification is malformed or a type has no price (the plugin's
+        ``preflight.gpu_problem``).
     """
-    started = time.time()
-    import modal
-    import torch
+    from snakemake_executor_plugin_modal.preflight import gpu_problem
+    from snakemake_executor_plugin_modal.prices import parse_gpu
 
-    question_path = Path(mount, question)
-    read = question_path.read_text() if question_path.exists() else None
-    Path(mount, answer).write_text(f"answer to {read}")
-    modal.Volume.from_name(volume_name).commit()
-    cuda = torch.cuda.is_available()
-    return {
-        "started": started,
-        "cuda": cuda,
-        "device": torch.cuda.get_device_name(0) if cuda else "none",
-        "torch": torch.__version__,
-        "read": read,
-    }
+    problem = gpu_problem(spec, "config key 'modal.gpu'")
+    if problem:
+        raise ValueError(problem)
+    request = parse_gpu(spec)
+    return request, request.usd_per_second
 
 
 def add_parser(sub) -> None:
     """Register ``modal-check`` on the CLI's subparsers."""
     p = sub.add_parser(
         "modal-check",
-        help="build the Modal image and run one tiny GPU job (a few cents)",
+        help="run one tiny job on Modal as a real run does (cents)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -78,120 +91,159 @@ def add_parser(sub) -> None:
         help="the Modal profile folder whose image is checked (default: this "
         "checkout's profiles/modal)",
     )
+    p.add_argument(
+        "--configfile",
+        nargs="+",
+        default=[],
+        help="config files whose modal.gpu is checked (as Snakemake merges them)",
+    )
     p.add_argument("--volume", help="Modal Volume (default: the profile's)")
     p.add_argument(
         "--max-cost-usd",
         type=float,
-        default=0.05,
+        default=0.25,
         help="hard cap: the container is stopped once its GPU time would cost "
-        "this much (default 0.05)",
+        "this much (default 0.25)",
     )
 
 
 def main(args) -> int:
-    """Run the check; 0 if everything worked, 1 otherwise (what failed is printed)."""
-    import modal
-    import modal.exception
+    """
+    Run the check; 0 if everything worked, 1 if something failed (each failure
+    printed), 2 if it could not start (a refusal, one line).
+    """
     import yaml
-    from snakemake_executor_plugin_modal.image import (
-        check_python_version,
-        container_image,
-    )
 
     profile = yaml.safe_load((args.profile / "profile.yaml").read_text())
     volume_name = args.volume or profile.get("modal-volume", "snakemake")
-    gpu, usd_per_s = cheapest_gpu()
+    here = here_name().exists()  # in a working directory of runs
+    files = args.configfile or ([] if here else [str(CHECKOUT_DIR / here_name())])
+    config = load_config(files, [], CHECKOUT_DIR)
+    spec = str(config.get("modal", {}).get("gpu", "A100-80GB"))
+    try:
+        gpu, usd_per_s = check_gpu(spec)
+    except ValueError as e:
+        print(f"modal-check: {e}", file=sys.stderr)
+        return 2
     timeout_s = math.floor(args.max_cost_usd / usd_per_s)
-    if timeout_s < 60:
+    if timeout_s < MIN_SECONDS:
         print(
             f"modal-check: --max-cost-usd {args.max_cost_usd:g} buys {timeout_s} s of "
-            f"{gpu}; allow at least {60 * usd_per_s:.3f} USD",
+            f"{spec}; allow at least {MIN_SECONDS * usd_per_s:.3f} USD",
             file=sys.stderr,
         )
         return 2
+    from snakemake_executor_plugin_modal import preflight
+    from snakemake_executor_plugin_modal.image import check_python_version
+
+    problem = preflight.credentials_problem()
+    if problem:
+        print(f"modal-check: {problem}", file=sys.stderr)
+        return 2
     check_python_version(sys.version_info)
     local = list(profile.get("modal-local-packages") or [])
+    if "multigeom_workflow" not in local:
+        local.append("multigeom_workflow")
+    with tempfile.TemporaryDirectory() as work:
+        return _run(
+            Path(work), profile, local, volume_name, gpu, usd_per_s, timeout_s, args
+        )
+
+
+def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> int:
+    """The check itself, with ``work`` as the check's working directory."""
+    import modal
+    from snakemake_executor_plugin_modal.calls import MOUNT, ContainerCall, RunApp
+    from snakemake_executor_plugin_modal.image import container_image
+    from snakemake_executor_plugin_modal.staging import VolumeStager
+    from snakemake_interface_common.exceptions import WorkflowError
+
+    token = uuid.uuid4().hex[:12]
+    (work / "Snakefile").write_text(CHECK_SNAKEFILE)
+    (work / "question.txt").write_text(token)
     image = container_image(
-        profile.get("modal-pip") or [],
-        local + ([] if "multigeom_workflow" in local else ["multigeom_workflow"]),
-        profile.get("modal-image-commands") or [],
+        profile.get("modal-pip") or [], local, profile.get("modal-image-commands") or []
     )
     volume = modal.Volume.from_name(volume_name, create_if_missing=True)
-    token = uuid.uuid4().hex[:12]
-    folder = PurePosixPath(".modal-check", token)
-    question, answer = str(folder / "question.txt"), str(folder / "answer.txt")
-    with _tempfile(token) as local, volume.batch_upload(force=True) as batch:
-        batch.put_file(str(local), "/" + question)
-    app = modal.App("multigeom-modal-check")
-    function = app.function(
-        image=image,
-        gpu=gpu,
-        timeout=timeout_s,
-        volumes={MOUNT: volume},
-        serialized=True,
-        single_use_containers=True,
-    )(probe)
-    print(f"modal-check: building the image (cap {args.max_cost_usd:g} USD on {gpu})")
-    t0 = time.monotonic()
+    prefix = f".modal-check/{token}"
+    stager = VolumeStager(volume, prefix, work)
+    stager.upload(["Snakefile", "question.txt"])
+    print(
+        f"modal-check: building the image (or finding it built); then one job on "
+        f"{','.join(gpu.types)}, stopped after {timeout_s} s "
+        f"(cap {args.max_cost_usd:g} USD)",
+        flush=True,
+    )
     failures = []
-    with modal.enable_output():
-        run = app.run()
-        try:
-            run.__enter__()
-        except modal.exception.Error as e:
-            print(f"modal-check: the image build failed: {e}", file=sys.stderr)
-            return 1
+    t0 = time.monotonic()
     try:
-        built = time.monotonic() - t0
-        spawned_at, t1 = time.time(), time.monotonic()
-        try:
-            result = function.spawn(MOUNT, volume_name, question, answer).get()
-        except Exception as e:
-            result = None
-            failures.append(f"the GPU job failed: {type(e).__name__}: {e}")
-        seconds = time.monotonic() - t1
+        app = RunApp("multigeom-modal-check", image, volume, timeout_s, gpu)
+    except WorkflowError as e:
+        print(f"modal-check: {e}", file=sys.stderr)
+        _remove(volume, prefix)
+        return 1
+    built = time.monotonic() - t0
+    spec = {
+        "mount": MOUNT,
+        "volume": volume_name,
+        "prefix": prefix,
+        "stage": ["Snakefile", "question.txt"],
+        "command": "python -m snakemake --cores 1 --nolock answer.txt",
+        "outputs": [["answer.txt", "answer.txt"]],
+        "results": [],
+        "log": CHECK_LOG,
+        "sync_every_s": 30,
+        "python_packages": ["snakemake_executor_plugin_modal", *local],
+        "members": [],
+    }
+    spawned_at = time.time()
+    try:
+        call = ContainerCall(app.spawn(spec, gpu, 1.0, None, timeout_s), gpu, timeout_s)
+        outcome = None
+        while outcome is None:
+            outcome = call.poll()
+            if outcome is None:
+                time.sleep(1)
     finally:
-        run.__exit__(None, None, None)
-    cost = seconds * usd_per_s
-    print(f"image build (or cache lookup): {built:.1f} s")
-    print(f"GPU job on {gpu}: {seconds:.1f} s wall-clock, about {cost:.4f} USD")
-    if result is not None:
-        print(f"cold start: {result['started'] - spawned_at:.1f} s")
-        print(f"torch {result['torch']}: GPU {result['device']}")
-        if not result["cuda"]:
-            failures.append("torch sees no GPU in the container")
-        if result["read"] != token:
-            failures.append("the file sent to the volume was not read back")
-    try:
-        data = b"".join(volume.read_file(answer)).decode()
-        if data != f"answer to {token}":
-            failures.append(f"the container's file came back wrong: {data!r}")
-        else:
-            print("volume round trip: ok")
-    except Exception as e:
-        failures.append(f"the container's file did not come back: {e}")
-    for path in (question, answer):
-        try:
-            volume.remove_file(path)
-        except Exception:
-            pass
+        app.stop()
+    print(f"image build (or cache lookup) and app start: {built:.1f} s")
+    print(
+        f"GPU job on {','.join(gpu.types)}: {call.seconds:.1f} s wall-clock, about "
+        f"{call.cost_usd:.4f} USD (at most {timeout_s * usd_per_s:.2f})"
+    )
+    if outcome.result is not None:
+        print(f"cold start: {outcome.result['started'] - spawned_at:.1f} s")
+    if not outcome.ok:
+        failures.append(f"the GPU job failed: {outcome.message}")
+    stager.download(["answer.txt", CHECK_LOG], missing_ok=True)
+    log = work / CHECK_LOG
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for line in text.splitlines():
+        if "NVIDIA-SMI" in line or "multigeom_workflow from" in line or "cuda" in line:
+            print(f"  job log: {line.strip()}")
+    if "NVIDIA-SMI" not in text:
+        failures.append("nvidia-smi found no GPU in the container (see its log)")
+    if "multigeom_workflow from" not in text:
+        failures.append("the job's Python could not import multigeom_workflow")
+    if "cuda True" not in text:
+        failures.append("torch sees no GPU in the container")
+    answer = work / "answer.txt"
+    if answer.exists() and answer.read_text().strip() == f"answer to {token}":
+        print("volume round trip: ok")
+    else:
+        failures.append("the file sent through the volume did not come back answered")
+    _remove(volume, prefix)
     for f in failures:
         print(f"modal-check: {f}", file=sys.stderr)
+    if failures and text:
+        tail = "\n".join(text.splitlines()[-30:])
+        print(f"modal-check: last lines of the job's log:\n{tail}", file=sys.stderr)
     return 1 if failures else 0
 
 
-class _tempfile:
-    """A temporary local file holding ``text`` (context manager giving its path)."""
-
-    def __init__(self, text: str):
-        import tempfile
-
-        self._dir = tempfile.TemporaryDirectory()
-        self.path = Path(self._dir.name, "f.txt")
-        self.path.write_text(text)
-
-    def __enter__(self) -> Path:
-        return self.path
-
-    def __exit__(self, *exc) -> None:
-        self._dir.cleanup()
+def _remove(volume, prefix: str) -> None:
+    """Delete the check's folder on the volume (an error doing so is ignored)."""
+    try:
+        volume.remove_file(prefix, recursive=True)
+    except Exception:
+        pass

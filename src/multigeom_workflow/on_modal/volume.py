@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from ..scenario import Scenario
+from ..scenario import ConfigError, Scenario
 
 __all__ = ["default_prefix", "volume_files", "volume_progress", "volume_remove"]
 
@@ -36,27 +36,42 @@ def default_prefix() -> str:
 def _stager(volume_name: str, prefix: str):
     """
     The plugin's view of the run's folder on the volume
-    (:class:`snakemake_executor_plugin_modal.staging.VolumeStager`), or None if the
-    volume does not exist.
+    (:class:`snakemake_executor_plugin_modal.staging.VolumeStager`).
+
+    ``modal.Volume.from_name`` is lazy (Modal 1.6, ``modal/volume.py``): the volume
+    is looked up here (``hydrate``), so that a mistyped name is said as such, not
+    counted as an empty volume.
+
+    Raises
+    ------
+    ConfigError
+        If there is no volume of that name in the Modal workspace.
     """
     import modal
     import modal.exception
     from snakemake_executor_plugin_modal.staging import VolumeStager
 
     try:
-        volume = modal.Volume.from_name(volume_name)
+        volume = modal.Volume.from_name(volume_name).hydrate()
     except modal.exception.NotFoundError:
-        return None
+        raise ConfigError(
+            f"--modal-volume {volume_name!r}: no such volume on Modal (its volumes: "
+            "`modal volume list`); give the profile's modal-volume"
+        ) from None
     return VolumeStager(volume, prefix, Path.cwd())
 
 
 def volume_files(volume_name: str, prefix: str, folder: str) -> set[str]:
     """
     Committed files under ``<prefix>/<folder>`` of a Modal Volume, as paths relative
-    to the working directory; empty if the folder (or the volume) does not exist.
+    to the working directory; empty if the folder does not exist.
+
+    Raises
+    ------
+    ConfigError
+        If the volume does not exist.
     """
-    stager = _stager(volume_name, prefix)
-    return set() if stager is None else set(stager.files(folder))
+    return set(_stager(volume_name, prefix).files(folder))
 
 
 def volume_progress(
@@ -79,6 +94,10 @@ def volume_remove(files: list[str], volume_name: str, prefix: str) -> list[str]:
     Delete these files (paths relative to the working directory) from the volume,
     with the plugin's records that would let a later run reuse them; returns those
     that were there.
+
+    Raises
+    ------
+    ConfigError
+        If the volume does not exist.
     """
-    stager = _stager(volume_name, prefix)
-    return [] if stager is None else stager.remove(files)
+    return _stager(volume_name, prefix).remove(files)

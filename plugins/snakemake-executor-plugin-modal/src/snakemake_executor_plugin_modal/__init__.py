@@ -19,7 +19,6 @@ import math
 import os
 import re
 import shlex
-import sys
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,9 +34,10 @@ from snakemake_interface_executor_plugins.settings import (
 )
 from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args
 
+from . import preflight
 from .calls import MOUNT, ContainerCall, Ledger, RunApp
 from .container import JOB_LOG, TARGETS
-from .image import check_python_version, container_image
+from .image import container_image
 from .prices import GpuRequest, parse_gpu
 from .staging import VolumeStager, default_prefix, relative_to_workdir
 
@@ -149,6 +149,11 @@ class ExecutorSettings(ExecutorSettingsBase):
         },
     )
 
+    def __post_init__(self):
+        # Snakemake makes these settings for --executor modal, in a dry run too: a
+        # workflow's dry run can say what a real run would refuse (preflight)
+        preflight._record(self)
+
 
 common_settings = CommonSettings(
     non_local_exec=True,
@@ -168,32 +173,21 @@ class Executor(RemoteExecutor):
 
     def __post_init__(self):
         import modal
-        from modal.config import config as modal_config
 
-        if not (modal_config.get("token_id") and modal_config.get("token_secret")):
-            raise WorkflowError(
-                "no Modal credentials: run `modal token new` once (or set "
-                "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET), then start the run again"
-            )
         self.settings: ExecutorSettings = self.workflow.executor_settings
-        provider = getattr(
-            self.workflow.storage_settings, "default_storage_provider", None
-        )
-        if provider:
-            raise WorkflowError(
-                f"--default-storage-provider {provider}: the Modal executor moves "
-                "files through its own volume and does not install storage plugins "
-                "in the container; run without a default storage provider"
-            )
-        self.default_gpu = None
-        if self.settings.gpu is not None:
-            try:
-                self.default_gpu = parse_gpu(self.settings.gpu)
-            except ValueError as e:
-                raise WorkflowError(f"--modal-gpu: {e}") from None
-        check_python_version(sys.version_info)
         self.workdir = Path.cwd()
-        self.check_inputs()
+        # everything the run would refuse, said at once before the image is built
+        problems = preflight.settings_problems(self.settings, self.workflow)
+        self.default_gpu = None
+        if self.settings.gpu is not None and not problems:
+            self.default_gpu = parse_gpu(self.settings.gpu)
+        if not problems:
+            problems = preflight.job_problems(self, self.planned_jobs(), self.workdir)
+        if problems:
+            raise WorkflowError(
+                "Modal: the run would be refused, nothing was built or submitted:\n"
+                + "\n".join(f"  {p}" for p in problems)
+            )
         prefix = self.settings.volume_prefix or default_prefix(self.workdir)
         self.volume = modal.Volume.from_name(
             self.settings.volume, create_if_missing=True
@@ -229,11 +223,8 @@ class Executor(RemoteExecutor):
         such as ``A100-80GB,H100``): Modal 1.6 takes a list only where a function is
         declared, so the app declares one function for each before it starts.
         """
-        dag = getattr(self.workflow, "dag", None)
         found = []
-        for job in dag.needrun_jobs() if dag is not None else []:
-            if getattr(job, "is_local", False):
-                continue
+        for job in self.planned_jobs():
             try:
                 gpu = self.gpu_request(job)
             except WorkflowError:  # that job's error, reported when it is submitted
@@ -242,27 +233,12 @@ class Executor(RemoteExecutor):
                 found.append(gpu)
         return found
 
-    def check_inputs(self) -> None:
-        """
-        Refuse, before anything is submitted, a run whose jobs read files a container
-        cannot see as the local run does: files outside the working directory.
-
-        Raises
-        ------
-        WorkflowError
-            One line naming the first such file and its job.
-        """
+    def planned_jobs(self) -> list:
+        """The jobs of the DAG that will run in containers (not local rules)."""
         dag = getattr(self.workflow, "dag", None)
         if dag is None:
-            return
-        for job in dag.needrun_jobs():
-            if getattr(job, "is_local", False):
-                continue
-            for f in job.input:
-                try:
-                    relative_to_workdir(f, self.workdir)
-                except WorkflowError as e:
-                    raise WorkflowError(f"job {job.rule.name}: {e}") from None
+            return []
+        return [j for j in dag.needrun_jobs() if not getattr(j, "is_local", False)]
 
     # -- submission -------------------------------------------------------------
 
@@ -341,6 +317,10 @@ class Executor(RemoteExecutor):
             "results": sorted(set(results)),
             "log": JOB_LOG.format(name=self.get_jobname(job)),
             "sync_every_s": self.settings.sync_seconds,
+            "python_packages": [
+                "snakemake_executor_plugin_modal",
+                *(self.settings.local_packages or []),
+            ],
             "members": [
                 {"target": t, "outputs": rel(j.output), "key": key}
                 for t, j, key in zip(
@@ -546,7 +526,7 @@ class Executor(RemoteExecutor):
         else:
             return (
                 "no log reached the volume (the container was lost before its first "
-                f"sync); Modal's own logs: `modal app logs {self.app.app.name}`\n"
+                f"sync); Modal's own logs: `modal app logs {self.app.app_id}`\n"
             )
         return f"last lines of its log ({where}):\n" + "\n".join(tail) + "\n"
 

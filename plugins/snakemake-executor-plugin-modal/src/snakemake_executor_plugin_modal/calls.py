@@ -8,7 +8,9 @@ against a budget.
 from __future__ import annotations
 
 import math
+import re
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,6 +26,8 @@ __all__ = [
     "Ledger",
     "Outcome",
     "RunApp",
+    "raised_in_container",
+    "start_error",
     "transport_errors",
 ]
 
@@ -36,16 +40,21 @@ TRANSPORT_GRACE_S = 600.0
 
 def transport_errors() -> tuple[type[BaseException], ...]:
     """
-    Exceptions that mean "Modal could not be asked", not "the call failed": the
-    client's network (``OSError``, which includes Python's ``ConnectionError``),
-    Modal's ``ConnectionError``, ``InternalError`` and ``ServiceError`` (server side,
-    retryable), and grpclib's transport errors (Modal 1.6 speaks gRPC through grpclib).
+    Exceptions that, raised by the client itself (not in the container: see
+    :func:`raised_in_container`), mean "Modal could not be asked", not "the call
+    failed": the client's network (``OSError``, which includes Python's
+    ``ConnectionError`` and a socket's ``TimeoutError``), Modal's ``ConnectionError``
+    (what ``modal/_utils/grpc_utils.py`` raises once its retries of an ``OSError`` are
+    spent), its ``TimeoutError`` (``RetryTimeoutError`` there, once the total deadline
+    is spent), ``InternalError`` and ``ServiceError`` (server side, retryable), and
+    grpclib's transport errors (Modal 1.6 speaks gRPC through grpclib).
     """
     import modal.exception
 
     errors = [
         OSError,
         modal.exception.ConnectionError,
+        modal.exception.TimeoutError,
         modal.exception.InternalError,
         modal.exception.ServiceError,
     ]
@@ -56,6 +65,46 @@ def transport_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # the fake backend has no grpclib
         pass
     return tuple(errors)
+
+
+#: How Modal names the frames of a traceback that come from a container: the file name
+#: prefixed with ``<task id>:`` (``extract_traceback`` in ``modal/_traceback.py``).
+_CONTAINER_FRAME = re.compile(r"^<ta-[^>]*>:")
+
+
+def raised_in_container(exc: BaseException) -> bool:
+    """
+    Whether an exception that ``FunctionCall.get`` raised was raised in the container
+    (and pickled there, then raised again here with its own class), not by the client.
+
+    Modal 1.6 marks such an exception in two ways, both copied here: its container
+    prefixes the traceback's file names with ``<task id>:`` (``extract_traceback``,
+    ``modal/_traceback.py``, called by ``pickle_traceback`` in
+    ``modal/_serialization.py`` from ``_runtime/container_io_manager.py``), and the
+    client that raises it again gives it a ``__line_cache__`` attribute
+    (``append_modal_tb``, ``modal/_traceback.py``, from ``_process_result`` in
+    ``modal/_utils/function_utils.py``). An exception of the client's own (a transport
+    error, ``poll_function``'s ``TimeoutError``) has neither.
+
+    Parameters
+    ----------
+    exc : BaseException
+        What ``FunctionCall.get`` raised.
+
+    Returns
+    -------
+    bool
+    """
+    if getattr(exc, "__line_cache__", None) is not None:
+        return True
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if _CONTAINER_FRAME.match(frame.filename or ""):
+            return True
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 @dataclass
@@ -73,11 +122,18 @@ class Outcome:
     result : dict or None
         What :func:`~snakemake_executor_plugin_modal.container.run_job` returned, if it
         returned.
+    remote : bool
+        The call ended with an exception raised in the container.
+    given_up : bool
+        The call's status could not be read for the whole grace period: it may still
+        run (the executor cancels it).
     """
 
     ok: bool
     message: str = ""
     result: dict | None = None
+    remote: bool = False
+    given_up: bool = False
 
 
 class RunApp:
@@ -112,7 +168,8 @@ class RunApp:
     Raises
     ------
     WorkflowError
-        If the image build fails: one line with the command that shows its logs.
+        If the image cannot be built or the app cannot start: one line naming what
+        went wrong (:func:`start_error`).
     """
 
     def __init__(
@@ -149,19 +206,29 @@ class RunApp:
                     **options, gpu=gpu.modal_spec, name=f"run_job_gpu{i or ''}"
                 )(run_job)
         self.gpu_function = self.gpu_functions.get(default_gpu)
-        self._run = self.app.run()
-        with modal.enable_output():  # the image build's output, as `modal run` shows
-            try:
-                self._run.__enter__()
-            except modal.exception.Error as e:
-                self._run = None
-                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                hint = " ".join(str(e).split("modal image logs")[1:2]).strip()
-                raise WorkflowError(
-                    f"Modal: the container image could not be built ({first}); "
-                    + (f"see `modal image logs {hint}`; " if hint else "")
-                    + "nothing was submitted"
-                ) from None
+        # The image is built first, its build output shown (objects print their own
+        # output under enable_output: modal/_image.py); the app is started outside
+        # enable_output, which would stream every container's output and a spinner
+        # here for the app's whole life (modal/runner.py, _run_app). Containers'
+        # output goes to each job's log and to Modal's dashboard.
+        try:
+            with modal.enable_output():
+                image.build()
+            self._run = self.app.run()
+            self._run.__enter__()
+        except Exception as e:
+            self._run = None
+            raise start_error(
+                e, [gpu.modal_spec for gpu in self.gpu_functions]
+            ) from None
+
+    @property
+    def app_id(self) -> str:
+        """
+        Modal's id of the running app (``ap-...``): what ``modal app logs`` takes for
+        an ephemeral app, which has no name the CLI can look up.
+        """
+        return getattr(self.app, "app_id", None) or "<app id: see Modal's dashboard>"
 
     def spawn(
         self, spec: dict, gpu: GpuRequest | None, cpu: float, memory_mb, timeout_s
@@ -196,6 +263,75 @@ class RunApp:
             warn(f"Modal: could not stop the app cleanly ({type(e).__name__}: {e})")
 
 
+def start_error(exc: BaseException, gpus: list | None = None) -> WorkflowError:
+    """
+    What went wrong when the run's image was built or its app started, named for what
+    it is, as one line a user can act on; nothing was submitted.
+
+    Parameters
+    ----------
+    exc : BaseException
+        What ``Image.build`` or entering ``App.run()`` raised.
+    gpus : list, optional
+        The GPU specifications of the app's functions (named when the server rejects
+        one).
+
+    Returns
+    -------
+    WorkflowError
+
+    Notes
+    -----
+    Modal 1.6 raises, at this point: ``ImageBuildError`` (a failed build step; its
+    message names ``modal image logs <id>``), ``AuthError`` (a wrong, revoked or
+    expired token), ``InvalidError`` from the server (a GPU type it does not offer,
+    a Python its image builder does not support: ``_validate_python_version`` in
+    ``modal/_image.py``), ``ModuleNotMountable`` (``modal/_utils/package_utils.py``:
+    a local package that cannot be mounted; not a ``modal.exception.Error``), and the
+    client's ``ConnectionError`` when Modal cannot be reached.
+    """
+    import modal.exception
+
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    what = f"{type(exc).__name__}: {first}"
+    tail = "; nothing was submitted"
+    if isinstance(exc, modal.exception.ImageBuildError):
+        image_id = getattr(exc, "image_id", None)
+        hint = f"; see `modal image logs {image_id}`" if image_id else ""
+        return WorkflowError(
+            f"Modal: the container image could not be built ({what}){hint}{tail}"
+        )
+    if isinstance(exc, modal.exception.AuthError):
+        return WorkflowError(
+            f"Modal refused the credentials ({what}): the token is wrong, revoked or "
+            "expired; run `modal token new` (or set MODAL_TOKEN_ID and "
+            f"MODAL_TOKEN_SECRET){tail}"
+        )
+    if isinstance(exc, modal.exception.ModuleNotMountable):
+        return WorkflowError(
+            f"--modal-local-packages: a package cannot be copied into the image "
+            f"({what}); name importable packages of Python source files{tail}"
+        )
+    if isinstance(exc, modal.exception.InvalidError) and "gpu" in text.lower():
+        named = f" (this run asks for {', '.join(map(str, gpus))})" if gpus else ""
+        return WorkflowError(
+            f"Modal rejected the GPU request{named} ({what}): check --modal-gpu and "
+            f"the jobs' modal_gpu or gpu_model resources{tail}"
+        )
+    if isinstance(exc, modal.exception.InvalidError) and "python" in text.lower():
+        return WorkflowError(
+            f"Modal's image builder does not offer this Python ({what}); run "
+            f"Snakemake from a Python it supports{tail}"
+        )
+    if isinstance(exc, transport_errors()):
+        return WorkflowError(
+            f"Modal could not be reached to start the run's app ({what}); check the "
+            f"network and start the run again{tail}"
+        )
+    return WorkflowError(f"Modal: the run's app could not start ({what}){tail}")
+
+
 class ContainerCall:
     """
     A job running in a Modal container.
@@ -228,6 +364,8 @@ class ContainerCall:
         self.grace_s = grace_s
         self.started = time.monotonic()
         self.ended: float | None = None
+        #: Whether ``cancel`` reached Modal.
+        self.cancelled = False
         self._unreachable_since: float | None = None
 
     @property
@@ -239,31 +377,60 @@ class ContainerCall:
         """
         The outcome if the call has ended, else None; never blocks.
 
-        ``FunctionCall.get(timeout=0)`` raises Python's ``TimeoutError`` while the call
-        runs (``modal._functions``, Modal 1.x); Modal's own ``TimeoutError`` is taken
-        the same way, except its subclasses ``FunctionTimeoutError`` (the container ran
-        past its timeout) and ``OutputExpiredError`` (the result is gone): failures. A
-        transport error (:func:`transport_errors`) counts as running, reported, for at
-        most ``grace_s`` seconds in a row.
-        """
-        import modal.exception
+        What ``FunctionCall.get(timeout=0)`` raised is classified by where it came
+        from (:func:`raised_in_container`):
 
+        - raised in the container (Modal pickles it there and raises it again here
+          with its own class: ``TimeoutError``, ``OSError``, even
+          ``modal.exception.ConnectionError``): the job's failure, whatever its class;
+        - ``FunctionTimeoutError`` (the container ran past its timeout),
+          ``OutputExpiredError`` (the result is gone), ``InternalFailure``,
+          ``RemoteError``, ``ExecutionError``: failures;
+        - the bare builtin ``TimeoutError()`` that ``_FunctionCall.poll_function``
+          raises when no output is there yet (``modal/_functions.py``): running;
+        - a client-side transport error (:func:`transport_errors`): running, reported,
+          for at most ``grace_s`` seconds in a row, then a failure, and the call is
+          cancelled (``FunctionCall.cancel``: a container that still runs would bill
+          and commit beside the retry's); its seconds up to then are what
+          :attr:`seconds` counts;
+        - anything else: a failure.
+        """
         try:
             result = self.call.get(timeout=0)
-        except modal.exception.FunctionTimeoutError:
+        except Exception as e:  # classified below; nothing is let through
+            return self._outcome_of(e)
+        self._unreachable_since = None
+        ok = result["returncode"] == 0
+        message = (
+            "" if ok else f"the job's command exited with status {result['returncode']}"
+        )
+        self.ended = time.monotonic()
+        return Outcome(ok, message, result)
+
+    def _outcome_of(self, e: Exception) -> Outcome | None:
+        """The outcome that an exception raised by ``get`` stands for (see poll)."""
+        import modal.exception
+
+        if raised_in_container(e):
+            outcome = Outcome(
+                False,
+                f"the container raised {type(e).__name__}: {_first_line(e)}",
+                remote=True,
+            )
+        elif isinstance(e, modal.exception.FunctionTimeoutError):
             outcome = Outcome(
                 False, f"the container ran past its timeout of {self.timeout_s} s"
             )
-        except modal.exception.OutputExpiredError:
+        elif isinstance(e, modal.exception.OutputExpiredError):
             outcome = Outcome(
                 False,
                 "Modal no longer holds the call's result (OutputExpiredError); its "
                 "committed files are on the volume and are reused by a retry",
             )
-        except (TimeoutError, modal.exception.TimeoutError):
+        elif type(e) is TimeoutError and not e.args:  # poll_function: no output yet
             self._unreachable_since = None
             return None
-        except transport_errors() as e:
+        elif isinstance(e, transport_errors()):
             now = time.monotonic()
             since = self._unreachable_since = self._unreachable_since or now
             if now - since < self.grace_s:
@@ -273,34 +440,36 @@ class ContainerCall:
                     f"({now - since:.0f} of {self.grace_s:.0f} s)"
                 )
                 return None
+            # it may still run, bill and commit: stopped, so that a retry is the only
+            # container writing its files (Modal: the last commit wins)
+            self.cancel()
             outcome = Outcome(
                 False,
                 f"Modal could not be reached for {self.grace_s:.0f} s "
-                f"({type(e).__name__}: {e}); the call is given up",
+                f"({type(e).__name__}: {e}); the call is given up and cancelled",
+                given_up=True,
             )
-        except Exception as e:  # a remote exception, a lost container
-            first = (str(e).strip().splitlines() or [""])[0]
+        else:  # Modal's own verdict: a lost container, an internal failure
             outcome = Outcome(
-                False, f"the Modal call failed: {type(e).__name__}: {first}"
+                False, f"the Modal call failed: {type(e).__name__}: {_first_line(e)}"
             )
-        else:
-            ok = result["returncode"] == 0
-            message = (
-                ""
-                if ok
-                else f"the job's command exited with status {result['returncode']}"
-            )
-            outcome = Outcome(ok, message, result)
-        self.ended = time.monotonic()
+        self.ended = self.ended or time.monotonic()
         return outcome
 
     def cancel(self) -> None:
-        """Stop the container; an error doing so is reported, not raised."""
+        """
+        Stop the container (``FunctionCall.cancel(terminate_containers=True)``); an
+        error doing so is reported, not raised (the app's stop at the run's end stops
+        its containers in any case).
+        """
         try:
             self.call.cancel(terminate_containers=True)
+            self.cancelled = True
         except Exception as e:
             self.warn(
-                f"Modal call {self.call_id}: cancel failed ({type(e).__name__}: {e})"
+                f"Modal call {self.call_id}: cancel failed ({type(e).__name__}: {e}); "
+                "its container may run until the app stops at the end of the run, "
+                "and that time is not counted in the cost"
             )
         finally:
             self.ended = self.ended or time.monotonic()

@@ -30,14 +30,25 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
-__all__ = ["DONE", "JOB_LOG", "TARGETS", "run_job"]
+__all__ = [
+    "DONE",
+    "JOB_LOG",
+    "PART",
+    "TARGETS",
+    "python_path",
+    "remove_parts",
+    "run_job",
+]
 
 #: Where, below the working directory, the container's log of a job is written.
 JOB_LOG = ".snakemake/modal/{name}.log"
 #: Folder of the markers of finished outputs (``<output>@<key>``) on the volume.
 DONE = ".snakemake/modal/done"
+#: What marks a part file (a copy to the volume not yet renamed into place).
+PART = ".part-"
 #: Stands in the command for the ``--target-jobs`` of the jobs left to run.
 TARGETS = "@MODAL_TARGET_JOBS@"
 
@@ -58,7 +69,9 @@ def run_job(spec: dict) -> dict:
         them under), ``results`` (logs and benchmark files, copied once the command
         has ended), ``log`` (where to write the job's stdout and stderr),
         ``sync_every_s`` (seconds between commits of finished outputs while it runs),
-        and ``members`` (per job of the group: ``target``, its quoted
+        ``python_packages`` (the image's local packages: named on the command's
+        ``PYTHONPATH``, see :func:`python_path`), and ``members`` (per job of the
+        group: ``target``, its quoted
         ``--target-jobs`` entry; ``outputs``, its files; ``key``, the hash that a
         reusable output's marker must carry). The command holds :data:`TARGETS`
         where the entries of the jobs left to run go.
@@ -67,9 +80,12 @@ def run_job(spec: dict) -> dict:
     -------
     dict
         ``returncode`` (int), ``seconds`` (float, wall-clock of the command),
+        ``started`` (float, epoch seconds when this function was entered: the end of
+        the container's cold start),
         ``log_tail`` (str, the last 40 lines of the job's log), ``synced`` (outputs
         now on the volume), ``reused`` (outputs found finished on the volume).
     """
+    entered = time.time()
     import modal
 
     volume = modal.Volume.from_name(spec["volume"])
@@ -77,6 +93,10 @@ def run_job(spec: dict) -> dict:
     work = Path(tempfile.mkdtemp(prefix="snakemake-job-"))
     for rel in spec["stage"]:
         _copy(root / rel, work / rel)
+    # part files of an earlier container of this job, killed mid-copy
+    remove_parts(
+        root, [*(rel for rel, _ in spec["outputs"]), *spec["results"], spec["log"]]
+    )
     members = spec.get("members", [])
     keys = {rel: m["key"] for m in members for rel in m["outputs"]}
     done = [m for m in members if _finished(root, m)]
@@ -95,6 +115,7 @@ def run_job(spec: dict) -> dict:
         return {
             "returncode": 0,
             "seconds": 0.0,
+            "started": entered,
             "log_tail": log.read_text(),
             "synced": [],
             "reused": reused,
@@ -107,6 +128,11 @@ def run_job(spec: dict) -> dict:
     tmp = work / ".snakemake" / "modal-tmp"
     tmp.mkdir(parents=True)
     env = {**os.environ, **spec.get("env", {}), "TMPDIR": str(tmp)}
+    # the job's own Python runs from the scratch folder: it finds the local packages
+    # of the image only if PYTHONPATH names where Modal mounted them (/root)
+    env["PYTHONPATH"] = python_path(
+        spec.get("python_packages", []), env.get("PYTHONPATH")
+    )
     outputs = [tuple(pair) for pair in spec["outputs"]]
     started = time.monotonic()
     done = threading.Event()
@@ -162,10 +188,74 @@ def run_job(spec: dict) -> dict:
     return {
         "returncode": proc.returncode,
         "seconds": seconds,
+        "started": entered,
         "log_tail": "\n".join(tail),
         "synced": sorted(synced),
         "reused": reused,
     }
+
+
+def python_path(packages: list[str], existing: str | None = None) -> str:
+    """
+    ``PYTHONPATH`` for the job's command: the folders this process imported the
+    image's local packages from, then ``existing``.
+
+    Modal mounts ``add_local_python_source`` packages under ``/root``
+    (``modal/mount.py``), where the function's own process (started there) finds
+    them; nothing in the client puts that folder on a subprocess's ``PYTHONPATH``, and
+    the job's ``python -m snakemake`` runs from a scratch folder. The folders are read
+    from where the packages were actually found, so this holds wherever Modal puts
+    them; those of installed packages (``site-packages``) are left out.
+
+    Parameters
+    ----------
+    packages : list of str
+        Importable names (this plugin and ``--modal-local-packages``).
+    existing : str or None
+        The ``PYTHONPATH`` already set.
+
+    Returns
+    -------
+    str
+    """
+    import importlib.util
+
+    folders: list[str] = []
+    for name in packages:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            found = [Path(p).parent for p in spec.submodule_search_locations]
+        else:
+            found = [Path(spec.origin).parent] if spec.origin else []
+        for folder in found:
+            text = os.path.abspath(folder)
+            if Path(text).name in ("site-packages", "dist-packages"):
+                continue
+            if text not in folders:
+                folders.append(text)
+    return os.pathsep.join([*folders, *([existing] if existing else [])])
+
+
+def remove_parts(root: Path, paths) -> list[str]:
+    """
+    Delete the part files (``.<name>.part-*``) that an earlier container, killed while
+    copying, left beside these paths of the volume; returns those removed (relative
+    to ``root``). Only the job that writes a path copies to its part files.
+    """
+    gone = []
+    for rel in paths:
+        target = root / rel
+        if not target.parent.is_dir():
+            continue
+        for part in target.parent.glob(f".{target.name}{PART}*"):
+            _remove(part)
+            gone.append(part.relative_to(root).as_posix())
+    return sorted(gone)
 
 
 def _finished(root: Path, member: dict) -> bool:
@@ -254,8 +344,14 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def _copy_atomically(src: Path, dst: Path) -> None:
-    """Copy a file or folder so that ``dst`` never exists half-written."""
-    tmp = dst.with_name(f".{dst.name}.part-{os.getpid()}")
+    """
+    Copy a file or folder so that ``dst`` never exists half-written: to
+    ``.<name>.part-<random>`` beside it, then renamed. (A container killed between the
+    two can leave the part file, which Modal's background commits may have committed:
+    :func:`remove_parts` deletes those of a job's outputs when it starts again, and
+    the executor never lists them.)
+    """
+    tmp = dst.with_name(f".{dst.name}{PART}{uuid.uuid4().hex[:12]}")
     _copy(src, tmp)
     if dst.is_dir() and not dst.is_symlink():
         shutil.rmtree(dst)

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from snakemake_interface_common.exceptions import WorkflowError
 
-from .container import DONE
+from .container import DONE, PART
 
 __all__ = ["MANIFEST", "VolumeStager", "default_prefix", "relative_to_workdir"]
 
@@ -110,7 +110,8 @@ class VolumeStager:
         -------
         dict
             Path relative to the working directory -> ``modal.volume.FileEntry``;
-            empty if the folder (or the volume) does not exist.
+            empty if the folder (or the volume) does not exist. Part files left by
+            a container killed mid-copy are left out.
         """
         import modal.exception
 
@@ -123,7 +124,7 @@ class VolumeStager:
         return {
             str(PurePosixPath(e.path).relative_to(base)): e
             for e in entries
-            if _is_file(e)
+            if _is_file(e) and not _is_part(e.path)
         }
 
     def remove(self, paths: Iterable[str]) -> list[str]:
@@ -219,7 +220,8 @@ class VolumeStager:
     def upload(self, paths: Iterable[str]) -> list[str]:
         """
         Send the files (and the files inside folders) among ``paths`` whose content
-        the volume does not have (by the manifest's SHA-256).
+        the volume does not have (by the manifest's SHA-256). They enter the manifest
+        only once the batch is committed: after an error, a retry sends them again.
 
         Parameters
         ----------
@@ -235,6 +237,9 @@ class VolumeStager:
         ------
         WorkflowError
             If a path does not exist locally.
+        Exception
+            What Modal's ``batch_upload`` raised (e.g. ``modal.exception
+            .ConnectionError``); nothing is recorded as sent.
         """
         with self._lock:
             manifest = self.manifest()
@@ -256,16 +261,25 @@ class VolumeStager:
                         todo.append((f, frel, digest))
             if not todo:
                 return []
-            for _, frel, digest in todo:
-                manifest[frel] = digest
-            self._upload([(f, frel) for f, frel, _ in todo])
+            # recorded only once the batch is committed: a batch that fails (in the
+            # middle too) leaves the manifest as it was, so a retry sends it again
+            updated = {**manifest, **{frel: digest for _, frel, digest in todo}}
+            self._upload([(f, frel) for f, frel, _ in todo], updated)
+            self._manifest = updated
             return [frel for _, frel, _ in todo]
 
-    def _upload(self, files: list[tuple[Path, str]]) -> None:
-        """Send local files (path, relative path) and the manifest, in one batch."""
+    def _upload(
+        self, files: list[tuple[Path, str]], manifest: dict | None = None
+    ) -> None:
+        """
+        Send local files (path, relative path) and the manifest (``manifest``, else
+        the one held), in one batch: Modal puts a batch's files when the block ends,
+        all or none (``VolumePutFiles``, ``modal/volume.py``).
+        """
+        manifest = self._manifest if manifest is None else manifest
         with tempfile.TemporaryDirectory() as tmp:
             record = Path(tmp, "manifest.json")
-            record.write_text(json.dumps(self._manifest, sort_keys=True))
+            record.write_text(json.dumps(manifest, sort_keys=True))
             with self.volume.batch_upload(force=True) as batch:
                 for f, frel in files:
                     batch.put_file(str(f), "/" + self.remote_path(frel))
@@ -340,6 +354,13 @@ class VolumeStager:
         with self._lock:
             self._hashes[frel] = (st.st_size, st.st_mtime_ns, digest.hexdigest())
             self._manifest[frel] = digest.hexdigest()
+
+
+def _is_part(path: str) -> bool:
+    """Whether a volume path is a part file left by a container killed mid-copy
+    (``.<name>.part-<random>``, :func:`~.container._copy_atomically`)."""
+    name = PurePosixPath(path).name
+    return name.startswith(".") and PART in name
 
 
 def _is_file(entry) -> bool:

@@ -3,15 +3,26 @@
 Imports ``spec["module"]``, resolves ``spec["qualname"]`` (a fake ``Function``
 object found there is unwrapped to its raw function), calls it with the JSON args and
 writes
-``{"ok": true, "value": ...}`` or ``{"ok": false, "type", "message", "traceback"}``
-atomically to ``spec["result"]``. It always exits 0 once the result file is written.
+``{"ok": true, "value": ...}`` or ``{"ok": false, "type", "message", "traceback",
+"pickled", "line_cache"}`` atomically to ``spec["result"]``. It always exits 0 once the
+result file is written.
+
+As Modal's container does (``handle_input_exception`` and ``_format_exception`` in
+``modal/_runtime/container_io_manager.py``, ``pickle_exception`` and
+``pickle_traceback`` in ``modal/_serialization.py``): the exception is printed to the
+container's output, pickled (an exception that cannot be pickled is replaced by
+``modal.exception.SerializationError`` naming it), and sent with its traceback's
+lines, each file name prefixed with ``<task id>:`` (``extract_traceback`` in
+``modal/_traceback.py``).
 """
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import os
+import pickle
 import sys
 import traceback
 
@@ -40,19 +51,55 @@ def main(spec_path: str) -> int:
             ) from None
     except BaseException as e:  # noqa: BLE001 - SystemExit etc. are reported too
         traceback.print_exc()
+        try:
+            pickled = pickle.dumps(e)
+        except Exception as serialization_exc:  # modal/_serialization.py
+            from .exception import SerializationError
+
+            pickled = pickle.dumps(
+                SerializationError(
+                    f"Failed to serialize exception {e} of type {type(e)}: "
+                    f"{serialization_exc}"
+                )
+            )
+        task = os.environ.get("MODAL_TASK_ID", "ta-fake")
+        line_cache = [
+            [f"<{task}>:{frame.filename}", frame.lineno, frame.line]
+            for frame in traceback.extract_tb(e.__traceback__)
+        ]
         text = json.dumps(
             {
                 "ok": False,
                 "type": type(e).__name__,
                 "message": str(e),
                 "traceback": traceback.format_exc(),
+                "pickled": base64.b64encode(pickled).decode(),
+                "line_cache": line_cache,
             }
         )
+    _commit_at_exit()
     tmp = spec["result"] + ".tmp"
     with open(tmp, "w") as fh:
         fh.write(text)
     os.replace(tmp, spec["result"])
     return 0
+
+
+def _commit_at_exit() -> None:
+    """
+    Commit the mounted volumes when the function has ended (returned or raised), as
+    Modal does on a container's graceful exit on the user's behalf
+    (``volume_commit`` in ``modal/_runtime/user_code_imports.py`` and
+    ``modal/_runtime/task_lifecycle_manager.py``: failures logged, not raised). A
+    container that is killed (preempted, timed out, cancelled) commits nothing.
+    """
+    from .volume import Volume, _mounted_views
+
+    for name, view in _mounted_views().items():
+        try:
+            Volume(name, view)._push()
+        except Exception as e:  # logged, as Modal's background commit
+            print(f"modal.Volume background commit failed for {name}: {e}")
 
 
 if __name__ == "__main__":

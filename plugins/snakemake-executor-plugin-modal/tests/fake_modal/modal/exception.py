@@ -74,3 +74,27 @@ class _PathNotFoundError(NotFoundError, FileNotFoundError):
     ``FileNotFoundError`` from ``read_file``/``remove_file`` and ``NotFoundError`` from
     the server in other places; catching either works with the fake.
     """
+
+
+class AuthError(Error):
+    """Missing or invalid credentials (a wrong, revoked or expired token)."""
+
+
+class InternalFailure(Error):
+    """The call failed inside Modal (``GENERIC_STATUS_INTERNAL_FAILURE``)."""
+
+
+class SerializationError(Error):
+    """An object (e.g. a container's exception) could not be pickled."""
+
+
+class DeserializationError(Error):
+    """A pickled object could not be read back."""
+
+
+class ModuleNotMountable(Exception):
+    """
+    A local package that ``add_local_python_source`` cannot mount (not installed, no
+    source files, binary files); as in Modal 1.6 (``modal/exception.py``), *not* a
+    ``modal.exception.Error``.
+    """

@@ -94,26 +94,29 @@ class Volume:
         create_if_missing: bool = False,
         **_ignored,
     ) -> Volume:
-        """Reference volume ``name``.
-
-        NotFoundError if missing and not ``create_if_missing``. (Real Modal resolves
-        lazily and raises on first use; the fake checks right away.)
-        """
+        """Reference volume ``name``, lazily as Modal 1.6 does (``_Volume.from_name``
+        in ``modal/volume.py`` only builds a loader): a volume that does not exist
+        raises ``NotFoundError`` at its first use (``hydrate()``, ``listdir``, ...),
+        or is created then if ``create_if_missing``."""
         if not _NAME_RE.match(name):
             raise InvalidError(f"fake modal: invalid volume name {name!r}")
-        folder = _volume_dir(name)
-        if not folder.is_dir():
-            if not create_if_missing:
-                raise NotFoundError(f"Volume '{name}' not found")
-            folder.mkdir(parents=True, exist_ok=True)
-        return Volume(name, _mounted_views().get(name))
+        volume = Volume(name, _mounted_views().get(name))
+        volume._create_if_missing = create_if_missing
+        return volume
+
+    def hydrate(self, client=None) -> Volume:
+        """Look the volume up now (``_Object.hydrate``, ``modal/_object.py``)."""
+        self._committed  # noqa: B018 - the lookup
+        return self
 
     # -- committed-store helpers -----------------------------------------------
     @property
     def _committed(self) -> Path:
         folder = _volume_dir(self.name)
         if not folder.is_dir():
-            raise NotFoundError(f"Volume '{self.name}' not found")
+            if not getattr(self, "_create_if_missing", False):
+                raise NotFoundError(f"Volume '{self.name}' not found")
+            folder.mkdir(parents=True, exist_ok=True)
         return folder
 
     def _entry(self, p: Path) -> FileEntry:
@@ -193,6 +196,7 @@ class Volume:
         """
         batch = _BatchUpload()
         yield batch  # an exception in the block propagates and nothing is uploaded
+        _upload_fault()
         batch._flush(self, force)
 
     def commit(self) -> None:
@@ -205,6 +209,11 @@ class Volume:
         """
         if self._view is None:
             return
+        _commit_fault()
+        self._push()
+
+    def _push(self) -> None:
+        """Push the view's changes into the committed folder (see ``commit``)."""
         committed = self._committed
         with locked(f"volume-{self.name}"):
             baseline = _load_baseline(self._view)
@@ -243,6 +252,53 @@ class Volume:
                     (self._view / rel).unlink(missing_ok=True)
                     del baseline[rel]
             _save_baseline(self._view, baseline)
+
+
+_UPLOAD_ERRORS: dict[str, int | None] = {"left": None}
+
+
+def _upload_fault() -> None:
+    """
+    Fault injection (``FAKE_MODAL_UPLOAD_ERRORS=<n>``): the first n batch uploads of
+    this process fail in the middle, after their files were read and before they were
+    put, as Modal's ``__aexit__`` of a batch upload fails when a block's upload does
+    (``modal/volume.py``: blocks first, then one ``VolumePutFiles`` request, so none of
+    the batch's files is put).
+    """
+    from .exception import ConnectionError as ModalConnectionError
+
+    if _UPLOAD_ERRORS["left"] is None:
+        _UPLOAD_ERRORS["left"] = int(os.environ.get("FAKE_MODAL_UPLOAD_ERRORS") or 0)
+    if _UPLOAD_ERRORS["left"] > 0:
+        _UPLOAD_ERRORS["left"] -= 1
+        raise ModalConnectionError("Connection lost (fake fault in a batch upload)")
+
+
+_COMMITS = {"done": 0}
+
+
+def _commit_fault() -> None:
+    """
+    Fault injection in a container (``FAKE_MODAL_COMMIT_ERROR``, after
+    ``FAKE_MODAL_COMMIT_ERROR_AFTER`` commits): what a commit can raise there, Python's
+    ``TimeoutError`` or ``OSError`` or Modal's ``ConnectionError`` (what
+    ``modal/_utils/grpc_utils.py`` raises once its retries are spent).
+    """
+    import errno
+
+    from .exception import ConnectionError as ModalConnectionError
+
+    name = os.environ.get("FAKE_MODAL_COMMIT_ERROR")
+    after = int(os.environ.get("FAKE_MODAL_COMMIT_ERROR_AFTER") or 0)
+    if not name or _COMMITS["done"] < after:
+        _COMMITS["done"] += 1
+        return
+    raise {
+        "TimeoutError": TimeoutError("commit timed out (fake fault)"),
+        "ETIMEDOUT": OSError(errno.ETIMEDOUT, "Connection timed out (fake fault)"),
+        "OSError": OSError(errno.ECONNRESET, "Connection reset by peer (fake fault)"),
+        "ConnectionError": ModalConnectionError("Deadline exceeded (fake fault)"),
+    }[name]
 
 
 class _BatchUpload:
@@ -324,6 +380,10 @@ class _BatchUpload:
                     )
 
 
+#: Modal's name of what ``batch_upload`` yields (``modal/volume.py``).
+VolumeUploadContextManager = _BatchUpload
+
+
 # -- container views -----------------------------------------------------------
 def _baseline_file(view: Path) -> Path:
     return view.with_name(view.name + ".baseline.json")
@@ -344,4 +404,4 @@ def _make_view(volume: Volume, view: Path) -> None:
     _save_baseline(view, scan(view))
 
 
-__all__ = ["FileEntry", "FileEntryType", "Volume"]
+__all__ = ["FileEntry", "FileEntryType", "Volume", "VolumeUploadContextManager"]

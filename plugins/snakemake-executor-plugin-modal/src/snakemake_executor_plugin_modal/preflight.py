@@ -1,0 +1,206 @@
+"""
+What a run would refuse, found before the container image is built: missing
+credentials, a default storage provider, a GPU type Modal does not offer (or whose
+price is unknown, so no budget can guard it), a job whose own expected cost is above
+its budget, inputs outside the working directory, a Python Modal's image builder does
+not offer, a local package that cannot be copied into the image.
+
+The executor raises them all at once before anything is built; a workflow's dry run
+can say them as warnings (:func:`settings_problems` needs no DAG, and
+:func:`requested_settings` tells whether this Snakemake process was started with
+``--executor modal``, a dry run too).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from snakemake_interface_common.exceptions import WorkflowError
+
+from .image import check_python_version
+from .prices import PRICES_USD_PER_S, parse_gpu, price_per_second
+
+__all__ = [
+    "credentials_problem",
+    "gpu_problem",
+    "job_problems",
+    "known_gpu_types",
+    "requested_settings",
+    "settings_problems",
+]
+
+_REQUESTED: dict = {"settings": None}
+
+
+def _record(settings) -> None:
+    """Called by ``ExecutorSettings.__post_init__``: Snakemake made the settings of
+    ``--executor modal`` in this process (its command line or profile asked for it)."""
+    _REQUESTED["settings"] = settings
+
+
+def requested_settings():
+    """
+    The ``ExecutorSettings`` that Snakemake made in this process for ``--executor
+    modal`` (a dry run with ``--profile modal`` too: Snakemake reads the executor's
+    settings before it swaps in its dry-run executor), or None if none was made.
+    """
+    return _REQUESTED["settings"]
+
+
+def known_gpu_types() -> list[str]:
+    """GPU types the plugin knows Modal to offer and can price (with aliases)."""
+    from .prices import _ALIASES
+
+    return sorted({*PRICES_USD_PER_S, *_ALIASES})
+
+
+def credentials_problem() -> str | None:
+    """Why Modal's client has no token (``modal.config``), or None."""
+    from modal.config import config as modal_config
+
+    if modal_config.get("token_id") and modal_config.get("token_secret"):
+        return None
+    return (
+        "no Modal credentials: run `modal token new` once (or set MODAL_TOKEN_ID and "
+        "MODAL_TOKEN_SECRET), then start the run again"
+    )
+
+
+def gpu_problem(spec, where: str) -> str | None:
+    """
+    Why a GPU specification would be refused: malformed, or a type that is not in
+    the plugin's table of Modal's GPUs (Modal checks the type only on its server,
+    after the image is built; without a price no budget can guard it).
+
+    Parameters
+    ----------
+    spec : str or list of str
+        ``"H100"``, ``"H100:2"``, ``"A100-80GB,H100"``.
+    where : str
+        What holds it (``"--modal-gpu"``, ``"job x: resource modal_gpu"``).
+    """
+    try:
+        request = parse_gpu(spec)
+    except ValueError as e:
+        return f"{where}: {e}"
+    unknown = [t for t in request.types if price_per_second(t) != price_per_second(t)]
+    if unknown:
+        return (
+            f"{where} = {spec!r}: GPU type {unknown[0]!r} is not one the plugin knows "
+            f"Modal to offer, with its price; allowed: {', '.join(known_gpu_types())}"
+        )
+    return None
+
+
+def settings_problems(settings, workflow=None) -> list[str]:
+    """
+    What the run's settings alone would refuse (no DAG needed): credentials, a
+    default storage provider, ``--modal-gpu``, the Python version, the local
+    packages.
+
+    Parameters
+    ----------
+    settings : ExecutorSettings
+    workflow : snakemake workflow, optional
+        For its storage settings.
+
+    Returns
+    -------
+    list of str
+        One line each; empty if nothing would be refused.
+    """
+    problems = []
+    missing = credentials_problem()
+    if missing:
+        problems.append(missing)
+    storage = getattr(workflow, "storage_settings", None)
+    provider = getattr(storage, "default_storage_provider", None)
+    if provider:
+        problems.append(
+            f"--default-storage-provider {provider}: the Modal executor moves files "
+            "through its own volume and does not install storage plugins in the "
+            "container; run without a default storage provider"
+        )
+    if settings.gpu is not None:
+        problem = gpu_problem(settings.gpu, "--modal-gpu")
+        if problem:
+            problems.append(problem)
+    try:
+        check_python_version(sys.version_info)
+    except WorkflowError as e:
+        problems.append(str(e))
+    for name in settings.local_packages or []:
+        if isinstance(name, str):
+            try:
+                found = importlib.util.find_spec(name) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                problems.append(
+                    f"--modal-local-packages: {name!r} is not importable here, so it "
+                    "cannot be copied into the image; name an importable package of "
+                    "Python source files"
+                )
+    return problems
+
+
+def job_problems(executor, jobs, workdir: Path) -> list[str]:
+    """
+    What the planned jobs would be refused for: inputs outside the working
+    directory, a GPU request that cannot be served (no type known, an unknown type,
+    malformed), and a job whose own expected cost (its ``runtime`` resource) is above
+    its budget with nothing spent yet.
+
+    Parameters
+    ----------
+    executor : Executor
+        For its ``gpu_request`` and ``budget`` of a job.
+    jobs : iterable
+        The jobs the run will submit (not local ones).
+    workdir : Path
+
+    Returns
+    -------
+    list of str
+        One line per problem, the first of each kind per rule.
+    """
+    from .calls import Ledger
+    from .staging import relative_to_workdir
+
+    problems, seen = [], set()
+
+    def add(kind: str, rule: str, text: str) -> None:
+        if (kind, rule) not in seen:
+            seen.add((kind, rule))
+            problems.append(text)
+
+    for job in jobs:
+        rule = getattr(getattr(job, "rule", None), "name", None) or str(job)
+        for f in job.input:
+            try:
+                relative_to_workdir(f, workdir)
+            except WorkflowError as e:
+                add("outside", rule, f"job {rule}: {e}")
+                break
+        try:
+            gpu = executor.gpu_request(job)
+            budget = executor.budget(job)
+        except WorkflowError as e:
+            add("gpu", rule, str(e))
+            continue
+        if gpu is not None:
+            problem = gpu_problem(
+                list(gpu.modal_spec) if gpu.fallbacks else gpu.modal_spec,
+                f"job {rule}: GPU",
+            )
+            if problem:
+                add("gpu", rule, problem)
+                continue
+        runtime = job.resources.get("runtime")
+        if budget is not None and isinstance(runtime, (int, float)) and runtime > 0:
+            refusal = Ledger().refusal(gpu, float(runtime) * 60, 0.0, budget)
+            if refusal:
+                add("budget", rule, f"job {rule}: {refusal}")
+    return problems
