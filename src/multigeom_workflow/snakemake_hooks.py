@@ -654,8 +654,9 @@ def check_before_first_job(workflow, run: Run) -> None:
     (``modal.max_cost_usd``) at the config's ``modal.gpu`` (what else a run on Modal
     would refuse was said before the image was built:
     `multigeom_workflow.on_modal.preflight`); a local run with ``device: cuda``
-    (or ``cuda:N``) asked for on a machine without GPU is refused (``auto`` falls back to the CPU with a notice). A
-    profile's placeholder (`profile_placeholders`) stops any run.
+    (or ``cuda:N``) asked for on a machine without GPU is refused (``auto`` falls
+    back to the CPU with a notice). A profile's placeholder (`profile_placeholders`)
+    stops any run.
 
     Raises
     ------
