@@ -93,17 +93,28 @@ def test_modal_image_caches_the_backbone_weights_the_workflow_checks():
 
 
 def test_snakemakes_benchmark_files_go_beside_the_logs():
-    """Per-job benchmark files under logs/benchmarks/, never in the scripts' folder."""
+    """
+    Per-job benchmark files under logs/benchmarks/, never in the scripts' folder:
+    every rule's ``benchmark:`` (a path, or the per-image rules' layout pattern).
+    """
     import re
 
+    from multigeom_workflow.settings.layout import RunLayout
+
+    texts = [(f.name, f.read_text()) for f in (REPO / "rules").glob("*.smk")]
+    sections = sum(text.count("benchmark:") for _, text in texts)
     paths = [
-        (rule_file.name, path)
-        for rule_file in (REPO / "rules").glob("*.smk")
-        for path in re.findall(
-            r"benchmark:\s*\n\s*(?:f?)\"([^\"]+)\"", rule_file.read_text()
+        (name, path)
+        for name, text in texts
+        for path in re.findall(r"benchmark:\s*\n\s*(?:f?)\"([^\"]+)\"", text)
+    ] + [
+        (name, RunLayout.job_benchmark_pattern(rule))
+        for name, text in texts
+        for rule in re.findall(
+            r"benchmark:\s*\n\s*LAYOUT\.job_benchmark_pattern\(\"(\w+)\"\)", text
         )
     ]
-    assert len(paths) >= 13
+    assert len(paths) == sections >= 13
     assert [p for p in paths if not p[1].startswith("logs/benchmarks/")] == []
 
 
