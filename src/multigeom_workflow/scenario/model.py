@@ -1,0 +1,215 @@
+"""
+The scenario of a run as a value: its (encoder, area) configurations, test images,
+estimator settings and where every file lives (`Configuration`, `Scenario`). Built and
+checked by `multigeom_workflow.scenario.load`.
+
+Nothing here imports torch: the Snakefile reads it at parse time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..settings.layout import RunLayout
+from ..settings.names import DEMO_AREAS
+from ..settings.pairs import pair_kind
+
+__all__ = ["Configuration", "Scenario"]
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """
+    One (encoder, area) configuration and its two checkpoints.
+
+    Attributes
+    ----------
+    encoder, area : str
+        Names, e.g. ``("inception", "V1")``.
+    encoder_ckpt, diffusion_ckpt : str
+        Paths of the fitted encoder and of its conditional diffusion model, relative to
+        the working directory or absolute.
+    """
+
+    encoder: str
+    area: str
+    encoder_ckpt: str
+    diffusion_ckpt: str
+
+    @property
+    def is_demo(self) -> bool:
+        """True when the workflow builds the checkpoints itself (a demo area)."""
+        return self.area in DEMO_AREAS
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """
+    Everything a run computes, validated.
+
+    Attributes
+    ----------
+    configurations : tuple of Configuration
+        In the order of the configuration file.
+    n_images : int
+        The first `n_images` test images are estimated for every configuration.
+    runs_dir : str
+        Root of upstream's run layout (``encoders/``, ``diffusion/``, ``per_image/``,
+        ``metrics/``).
+    seed, top_k : int
+        Image i is seeded with ``seed + i`` (with `monte_carlo_seeds`
+        ``per_configuration``: `multigeom_workflow.settings.seeds.configuration_seed` +
+        i); ``top_k`` eigenpairs of G(x) and J(x) are kept, and Stage 5 compares k =
+        1..top_k.
+    device : str
+        Where per-image jobs compute: ``"cpu"``, ``"cuda"`` (any free GPU, one per
+        job) or ``"cuda:N"``, resolved from `device_asked` (``"auto"`` too) and the
+        GPUs this machine shows (`multigeom_workflow.compute.gpus.resolve_device`).
+    estimator, diffusion : dict
+        The estimator settings (with `seed` and `top_k` applied) and the diffusion-model
+        settings, as upstream's YAML files hold them.
+    estimator_file, diffusion_file : Path
+        The files they were read from.
+    test_image_files : tuple of str
+        The whole ordered test set; image i is ``test_image_files[i]``.
+    modal : dict
+        The config's ``modal`` settings: ``gpu``, ``max_cost_usd``,
+        ``prices_usd_per_s``.
+    warm_workers : bool
+        Per-image jobs hand their image to warm workers (config ``workers: warm``).
+    blockers : tuple of str
+        One-line problems that must stop a real run before any job, but not a dry run,
+        which shows its plan with these as warnings (e.g. torchvision weights missing
+        from its cache).
+    notes : tuple of str
+        One-line notices of values repaired at parse time (e.g. `test_images.path`
+        given as the ``tiny-imagenet-200`` folder itself), printed once per run.
+    engine, precision : str
+        The per-image engine (``upstream`` or ``fast``) and the fast engine's precision
+        (``fp32``, or ``tf32`` on a GPU); not rule params (like `device`).
+    ceiling_images : int
+        The first `ceiling_images` images of every configuration are estimated a
+        second time with other seeds (config key ``noise_ceiling_images``), into
+        `ceiling_file`.
+    monte_carlo_seeds : str
+        ``shared`` (every configuration draws image i's numbers from seed + i, the
+        paper's way) or ``per_configuration`` (config key ``monte_carlo_seeds``).
+    results_dir : str
+        The figures and the report's tables (config key ``results_dir``); with
+        `runs_dir`, the run's `layout`.
+    """
+
+    configurations: tuple[Configuration, ...]
+    n_images: int
+    runs_dir: str
+    seed: int
+    top_k: int
+    device: str
+    estimator: dict
+    estimator_file: Path
+    diffusion: dict
+    diffusion_file: Path
+    test_source: str
+    test_image_files: tuple[str, ...]
+    modal: dict
+    device_asked: str = "cpu"
+    warm_workers: bool = True
+    blockers: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    engine: str = "fast"
+    precision: str = "fp32"
+    monte_carlo_seeds: str = "shared"
+    ceiling_images: int = 0
+    results_dir: str = "results"
+
+    def estimator_of(self, encoder: str, area: str) -> dict:
+        """A configuration's estimator settings: its seed (monte_carlo_seeds)."""
+        from ..settings.seeds import configuration_estimator
+
+        return configuration_estimator(
+            self.estimator, encoder, area, self.monte_carlo_seeds
+        )
+
+    @property
+    def uses_gpu(self) -> bool:
+        """Whether the per-image jobs compute on a CUDA device."""
+        return self.device.startswith("cuda")
+
+    @property
+    def gpu_fallback(self) -> str | None:
+        """The one-line notice when a GPU was asked for and none is visible."""
+        if self.device_asked in ("cpu", self.device) or self.uses_gpu:
+            return None
+        return (
+            f"no GPU found (config key 'device' = {self.device_asked!r}): the "
+            "per-image jobs run on the CPU here (on Modal, on its GPUs)"
+        )
+
+    @property
+    def comparable_pairs(self) -> list[tuple[Configuration, Configuration]]:
+        """
+        The pairs of configurations that Fig. 4D-E compares: cross-model (two encoders,
+        same area) and cross-area (same encoder, two areas), as
+        `multigeom_workflow.settings.pairs.pair_kind` classifies them.
+        """
+        cs = self.configurations
+        return [
+            (a, b)
+            for i, a in enumerate(cs)
+            for b in cs[i + 1 :]
+            if pair_kind((a.encoder, a.area), (b.encoder, b.area)) is not None
+        ]
+
+    @property
+    def stage5_skipped(self) -> str | None:
+        """
+        Why Stage 5 and the figure are left out of the run (None when they are not):
+        no two configurations make a cross-model or cross-area comparison.
+        """
+        if self.comparable_pairs:
+            return None
+        names = ", ".join(f"{c.encoder}/{c.area}" for c in self.configurations)
+        return (
+            f"note: config key 'configs' = [{names}]: no two configurations share an "
+            "area (cross-model) or an encoder (cross-area), so Stage 5 and the figure "
+            "are left out; this run computes the per-image files only"
+        )
+
+    def configuration(self, encoder: str, area: str) -> Configuration:
+        """The configuration named (encoder, area); KeyError if it is not in the run."""
+        for c in self.configurations:
+            if (c.encoder, c.area) == (encoder, area):
+                return c
+        raise KeyError(f"({encoder!r}, {area!r}) is not a configuration of this run")
+
+    @property
+    def layout(self) -> RunLayout:
+        """Where the run's files live (`multigeom_workflow.settings.layout`)."""
+        return RunLayout(self.runs_dir, self.results_dir)
+
+    def per_image_file(self, encoder: str, area: str, index: int) -> str:
+        """The per-image file ``<runs_dir>/per_image/<enc>/<area>/img0003.pt``."""
+        return self.layout.per_image_file(encoder, area, index)
+
+    def per_image_files(self, configuration: Configuration | None = None) -> list[str]:
+        """Per-image files of one configuration (or of all), first `n_images` images."""
+        configs = self.configurations if configuration is None else (configuration,)
+        return [
+            self.per_image_file(c.encoder, c.area, i)
+            for c in configs
+            for i in range(self.n_images)
+        ]
+
+    def ceiling_file(self, encoder: str, area: str, index: int) -> str:
+        """The noise ceiling's second estimate of an image (rules/science.smk)."""
+        return self.layout.ceiling_file(encoder, area, index)
+
+    def ceiling_files(self, configuration: Configuration | None = None) -> list[str]:
+        """Second estimates of one configuration (or of all), first `ceiling_images`."""
+        configs = self.configurations if configuration is None else (configuration,)
+        return [
+            self.ceiling_file(c.encoder, c.area, i)
+            for c in configs
+            for i in range(self.ceiling_images)
+        ]
