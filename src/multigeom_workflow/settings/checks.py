@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .files import setting, timestep_grid
-from .names import MAX_SEED, N_PIXELS
+from .names import ENGINES, MAX_SEED, N_PIXELS, PRECISIONS
 from .seeds import CEILING_SEED_OFFSET, overlapping_seeds, seed_ranges
 
 __all__ = ["check_engine", "check_estimator", "check_seed", "check_writable"]
@@ -150,15 +150,19 @@ def check_writable(config: dict, runs_dir: str, configurations=()):
 def check_engine(config: dict, device: str, remote: bool) -> tuple[str, str]:
     """
     The config's ``engine`` and ``precision`` (defaults fast and fp32), checked against
-    each other and the device: tf32 needs a CUDA device, upstream runs in fp32 only.
+    the allowed values (`ENGINES`, `PRECISIONS`) and the device: tf32 needs a CUDA
+    device (on the CPU it would silently be fp32).
     """
     engine = str(config.get("engine", "fast"))
     precision = str(config.get("precision", "fp32"))
-    if engine == "upstream" and precision != "fp32":
-        raise ConfigError(
-            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
-            "only; allowed: fp32 (or engine: fast)"
-        )
+    for key, value, allowed in (
+        ("engine", engine, ENGINES),
+        ("precision", precision, PRECISIONS),
+    ):
+        if value not in allowed:
+            raise ConfigError(
+                f"config key {key!r} = {value!r}: allowed: {', '.join(allowed)}"
+            )
     if precision == "tf32" and not device.startswith("cuda") and not remote:
         raise ConfigError(
             f"config key 'precision' = 'tf32' needs a CUDA device (device resolves to "
