@@ -163,15 +163,20 @@ def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
     -------
     torch.Tensor
         Of `x`'s shape and dtype, each value within a relative `TF32_ROUNDING_STEP` of
-        `x`'s, its 13 lowest mantissa bits zero.
+        `x`'s, its 13 lowest mantissa bits zero. Gradients pass through unchanged (the
+        rounding as a straight-through step), so that a Jacobian can be taken through
+        it.
     """
     if x.dtype != torch.float32:
         return x
-    bits = x.contiguous().view(torch.int32)
-    # Adding half of the dropped part to the magnitude's bits rounds it to nearest;
-    # a carry into the exponent gives the next power of two, as it should.
-    rounded = (bits + 0x1000) & ~0x1FFF
-    return rounded.view(torch.float32).view(x.shape)
+    with torch.no_grad():
+        bits = x.detach().contiguous().view(torch.int32)
+        # Adding half of the dropped part to the magnitude's bits rounds it to nearest;
+        # a carry into the exponent gives the next power of two, as it should.
+        rounded = ((bits + 0x1000) & ~0x1FFF).view(torch.float32).view(x.shape)
+    if not x.requires_grad:
+        return rounded
+    return x + (rounded - x).detach()  # exactly `rounded`: x and it are that close
 
 
 #: The convolutions of float32 tensors that cuDNN runs in TF32 by default, with the
