@@ -91,6 +91,11 @@ def agreement(a, b) -> tuple[float, float]:
     return float(((va - vb).abs() / vb).max()), a_k
 
 
+@pytest.fixture(scope="module")
+def upstream_g(models, image):
+    return run_upstream(models, image)[0]
+
+
 # --- precision: the switches -------------------------------------------------------
 
 
@@ -273,3 +278,213 @@ def test_emulated_tf32_bias_is_above_the_engines_ieee_agreement(models, image):
     assert 1 - tf32_a >= 100 * (1 - ieee_a)
     # Pushed up like a noise floor: the smallest eigenvalue kept grows.
     assert g_tf32.eigenvalues[-1] > g_up.eigenvalues[-1]
+
+
+# --- rows per UNet call ------------------------------------------------------------
+
+
+class OneConv(torch.nn.Module):
+    """A UNet of one convolution (8 channels): outputs 8 + 1 channels per sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 8, 3, padding=1)
+
+    def forward(self, x, t, r):
+        return self.conv(x).mean(dim=1, keepdim=True)
+
+
+def test_rows_per_call_follow_the_total_memory_and_the_element_cap(monkeypatch):
+    unet, hw = OneConv(), 64 * 64
+    assert activation_elements(unet, 50, CPU) == (8 * hw, 9 * hw)
+    gib = 2**30
+    # Activations of a row: 2 samples x 9 x 4096 float32 values.
+    expected = int(MEMORY_FRACTION * gib) // (2 * 9 * hw * 4)
+    assert rows_per_call(unet, 50, 10**6, CPU, 25, memory=gib) == expected == 910
+    # Much memory: the largest output of a call stays within MAX_CALL_ELEMENTS.
+    rows = rows_per_call(unet, 50, 10**6, CPU, 25, memory=2**50)
+    assert rows == MAX_CALL_ELEMENTS // (2 * 8 * hw) == 8192
+    assert 2 * rows * 8 * hw < 2**31
+    assert rows_per_call(unet, 50, 100, CPU, 25, memory=2**50) == 100
+    monkeypatch.setenv("MULTIGEOM_FAST_ROWS", "7")
+    assert rows_per_call(unet, 50, 10**6, CPU, 25, memory=gib) == 7
+
+
+def test_rows_per_call_on_a_gpu_are_those_of_its_total_memory(monkeypatch):
+    class Properties:
+        total_memory = 2**30
+
+    def no_free_memory_asked(*args):
+        raise AssertionError("the memory free now must not choose the rows")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: Properties)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_free_memory_asked)
+    assert engine.device_memory(torch.device("cuda:0")) == 2**30
+    assert engine.device_memory(CPU) is None
+
+
+@pytest.fixture
+def gpu_memory(monkeypatch):
+    """The CPU taken for a GPU of 8 GiB by the rows rule."""
+    monkeypatch.setattr(engine, "device_memory", lambda device: 8 * 2**30)
+
+
+def test_the_same_image_gives_the_same_tensors_whatever_the_free_memory(
+    models, image, gpu_memory, monkeypatch, upstream_g
+):
+    results = []
+    for free in (2**28, 7 * 2**30):  # a warm worker's second image, a fresh container
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a, f=free: (f, 2**33))
+        results.append(run_fast(models, image, eigen="gram"))
+    (g_a, j_a, stats_a), (g_b, j_b, stats_b) = results
+    assert stats_a["rows_per_call"] == stats_b["rows_per_call"] == 16  # all rows
+    assert torch.equal(g_a.eigenvalues, g_b.eigenvalues)
+    assert torch.equal(g_a.eigenvectors, g_b.eigenvectors)
+    # Both timesteps in one call (the GPU's path) agree with upstream's batches.
+    rel, a_k = agreement(g_a, upstream_g)
+    assert rel <= 1e-4 and a_k >= 0.999
+
+
+@pytest.mark.parametrize("rows", [3, 6, 16], ids=["3", "6-across-timesteps", "all"])
+def test_calls_of_any_rows_agree_with_upstream(models, image, rows, upstream_g):
+    g, _, stats = run_fast(models, image, max_rows=rows, eigen="gram")
+    assert stats["rows_per_call"] == rows
+    rel, a_k = agreement(g, upstream_g)
+    assert rel <= 1e-4 and a_k >= 0.999
+
+
+class RunsOutOfMemory(torch.nn.Module):
+    """
+    A UNet that raises what the CUDA caching allocator raises (torch.OutOfMemoryError,
+    c10/cuda/CUDACachingAllocator.cpp) for calls of more than `most` samples.
+    """
+
+    def __init__(self, unet, most):
+        super().__init__()
+        self.unet, self.most, self.calls = unet, most, []
+
+    def forward(self, x, t, r):
+        if len(x) > self.most:
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                "capacity of 79.15 GiB of which 1.10 GiB is free."
+            )
+        self.calls.append(len(x))  # the calls made
+        return self.unet(x, t, r)
+
+
+def test_a_call_out_of_memory_is_made_again_with_fewer_rows(models, image, caplog):
+    oom = RunsOutOfMemory(models.unet, most=5)  # 2 rows: 4 samples fit
+    m = Models(models.encoder, oom, models.alphas_cumprod, None, CPU)
+    with caplog.at_level(logging.WARNING, logger=engine.__name__):
+        g, j, stats = run_fast(m, image, max_rows=8)
+    assert (stats["rows_per_call"], stats["rows_per_call_final"]) == (8, 2)
+    assert stats["oom_retries"] == 2  # 8 -> 4 -> 2 rows
+    # 3 samples per row of D, and the null pass of 4 rows that preceded the failed
+    # fused pass of 8 samples.
+    assert max(oom.calls) == 4 and sum(oom.calls) == 3 * 16 + 4
+    logged = [r for r in caplog.records if "ran out of GPU memory" in r.message]
+    assert len(logged) == 1 and "8 rows (16 samples)" in logged[0].message
+    # The draws are the same: the result is that of a run at 2 rows per call.
+    g_2, j_2, _ = run_fast(models, image, max_rows=2)
+    assert torch.equal(g.eigenvalues, g_2.eigenvalues)
+    assert torch.equal(g.eigenvectors, g_2.eigenvectors)
+    assert torch.equal(j.eigenvalues, j_2.eigenvalues)
+
+
+def test_a_row_that_does_not_fit_raises(models, image):
+    oom = RunsOutOfMemory(models.unet, most=1)
+    m = Models(models.encoder, oom, models.alphas_cumprod, None, CPU)
+    with pytest.raises(torch.OutOfMemoryError, match="CUDA out of memory"):
+        run_fast(m, image, max_rows=4)
+
+
+# --- the eigen-step ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "capability, method",
+    [((9, 0), "gram"), ((8, 0), "gram"), ((8, 9), "gram32"), ((7, 5), "gram32"),
+     ((8, 6), "gram32"), ((12, 0), "gram32")],
+    ids=["H100-H200", "A100", "L4-L40S", "T4", "A10", "RTX-5090"],
+)  # fmt: skip
+def test_the_eigen_step_follows_the_gpus_float64_rate(monkeypatch, capability, method):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: capability)
+    assert eigen_method("cuda:0") == method
+    assert eigen_method("cpu") == "svd"
+
+
+def spectrum_like_G(shape):
+    """A D whose spectrum falls like G's, with close pairs among the top 50."""
+    g = torch.Generator().manual_seed(0)
+    scale = torch.logspace(0, -2, shape[1])
+    scale[10:20:2] = scale[11:21:2] * (1 + 1e-3)
+    return torch.randn(*shape, generator=g) * scale
+
+
+@pytest.mark.parametrize("method", ["gram", "gram32"])
+@pytest.mark.parametrize("shape", [(600, 256), (100, 256)], ids=["DtD", "DDt"])
+def test_every_route_gives_the_top_eigenpairs(method, shape):
+    D = spectrum_like_G(shape)
+    values, vectors = top_eigenpairs(D, 50, method)
+    G = D.double().T @ D.double()
+    exact, exact_vectors = torch.linalg.eigh(G)  # independently, float64
+    k = min(50, *shape)
+    exact, exact_vectors = exact.flip(0)[:k], exact_vectors.flip(1)[:, :k].T
+    assert values.shape == (k,) and vectors.shape == (k, 256)
+    torch.testing.assert_close(values.double(), exact, rtol=1e-5, atol=0)
+    residual = G @ vectors.double().T - vectors.double().T * values.double()
+    assert float(residual.norm(dim=0).max()) <= 1e-5 * float(values[0])
+    M = (vectors.double() @ exact_vectors.T).pow(2)
+    assert min(float(M[:i, :i].sum() / i) for i in range(1, k + 1)) >= 0.99999
+
+
+def test_a_failed_solver_falls_back_to_the_cpus_float64(monkeypatch, caplog):
+    D = spectrum_like_G((600, 256))
+    expected, expected_vectors = top_eigenpairs(D, 20, "svd")
+    real_eigh = torch.linalg.eigh
+    calls = []
+
+    def eigh(A, *args, **kwargs):  # what cuSOLVER's failure raises (a LinAlgError)
+        calls.append(A.dtype)
+        if len(calls) == 1:
+            raise torch.linalg.LinAlgError(
+                "linalg.eigh: The algorithm failed to converge because the input "
+                "matrix is ill-conditioned or has too many repeated eigenvalues"
+            )
+        return real_eigh(A, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "eigh", eigh)
+    stats = {}
+    with caplog.at_level(logging.WARNING, logger=engine.__name__):
+        values, vectors = top_eigenpairs(D, 20, "gram32", stats)
+    assert stats["eigen_method"] == "gram@cpu" and calls[:2] == [
+        torch.float32,
+        torch.float64,
+    ]
+    assert any("eigen-step gram32 failed" in r.message for r in caplog.records)
+    torch.testing.assert_close(values, expected, rtol=1e-4, atol=0)
+    M = (vectors.double() @ expected_vectors.double().T).pow(2)
+    assert float(M.sum() / 20) >= 0.99999
+
+
+def test_values_that_are_not_finite_fall_back_and_all_routes_failing_raise(
+    monkeypatch,
+):
+    D = spectrum_like_G((100, 64))
+
+    def nan_eigh(A, *args, **kwargs):
+        n = A.shape[-1]
+        return torch.full((n,), float("nan"), dtype=A.dtype), torch.eye(n)
+
+    monkeypatch.setattr(torch.linalg, "eigh", nan_eigh)
+    stats = {}
+    values, _ = top_eigenpairs(D, 5, "gram", stats)
+    assert stats["eigen_method"] == "svd@cpu" and values.isfinite().all()
+
+    def failing_svd(*args, **kwargs):
+        raise torch.linalg.LinAlgError("linalg.svd: The algorithm failed to converge")
+
+    monkeypatch.setattr(torch.linalg, "svd", failing_svd)
+    with pytest.raises(torch.linalg.LinAlgError, match="svd: The algorithm failed"):
+        top_eigenpairs(D, 5, "gram")
