@@ -19,7 +19,7 @@ import yaml
 from conftest import REPO
 from PIL import Image
 
-from multigeom_workflow.compute import arithmetic, engine
+from multigeom_workflow.compute import engine
 from multigeom_workflow.compute.arithmetic import (
     TF32_ROUNDING_STEP,
     arithmetic_flags,
