@@ -376,7 +376,11 @@ SLURM_RUN = any(
 _slurm = (
     slurm_estimate(
         SCENARIO,
-        read_timings(SCENARIO.per_image_files(), engine=SCENARIO.engine),
+        read_timings(
+            SCENARIO.per_image_files(),
+            engine=SCENARIO.engine,
+            precision=SCENARIO.precision,
+        ),
         workflow.resource_settings.nodes,
     )
     if SLURM_RUN
