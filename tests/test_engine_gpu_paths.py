@@ -19,7 +19,7 @@ import yaml
 from conftest import REPO
 from PIL import Image
 
-from multigeom_workflow.compute import engine
+from multigeom_workflow.compute import arithmetic, engine
 from multigeom_workflow.compute.arithmetic import (
     TF32_ROUNDING_STEP,
     arithmetic_flags,
@@ -300,7 +300,7 @@ def test_rows_per_call_follow_the_total_memory_and_the_element_cap(monkeypatch):
     gib = 2**30
     # Activations of a row: 2 samples x 9 x 4096 float32 values.
     expected = int(MEMORY_FRACTION * gib) // (2 * 9 * hw * 4)
-    assert rows_per_call(unet, 50, 10**6, CPU, 25, memory=gib) == expected == 910
+    assert rows_per_call(unet, 50, 10**6, CPU, 25, memory=gib) == expected == 1820
     # Much memory: the largest output of a call stays within MAX_CALL_ELEMENTS.
     rows = rows_per_call(unet, 50, 10**6, CPU, 25, memory=2**50)
     assert rows == MAX_CALL_ELEMENTS // (2 * 8 * hw) == 8192
@@ -308,6 +308,15 @@ def test_rows_per_call_follow_the_total_memory_and_the_element_cap(monkeypatch):
     assert rows_per_call(unet, 50, 100, CPU, 25, memory=2**50) == 100
     monkeypatch.setenv("MULTIGEOM_FAST_ROWS", "7")
     assert rows_per_call(unet, 50, 10**6, CPU, 25, memory=gib) == 7
+
+
+def test_the_schema_allows_the_engines_and_precisions_of_their_one_home():
+    from multigeom_workflow.settings.names import ENGINES, PRECISIONS
+
+    schema = yaml.safe_load((REPO / "config/schemas/config.schema.yaml").read_text())
+    assert schema["properties"]["engine"]["enum"] == list(ENGINES)
+    assert schema["properties"]["precision"]["enum"] == list(PRECISIONS)
+    assert arithmetic.PRECISIONS == (*PRECISIONS, "bf16")
 
 
 def test_rows_per_call_on_a_gpu_are_those_of_its_total_memory(monkeypatch):

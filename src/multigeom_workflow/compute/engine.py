@@ -76,9 +76,10 @@ log = logging.getLogger(__name__)
 
 #: Environment variable capping the rows of D per UNet call of the fast engine.
 ROWS_ENV = "MULTIGEOM_FAST_ROWS"
-#: The fraction of a GPU's total memory that the activations of one UNet call may take
-#: (counted as every module's output kept at once: an upper bound).
-MEMORY_FRACTION = 0.25
+#: The fraction of a GPU's total memory that the activations of one UNet call may take,
+#: counted as every module's output kept at once (nested modules' outputs counted at
+#: each level): an upper bound on what a call under `no_grad` holds.
+MEMORY_FRACTION = 0.5
 #: The most elements of any module's output in one UNet call: a quarter of 2**31, for
 #: what module outputs do not show (attention scores, convolution workspaces), so that
 #: no tensor reaches the 2**31 elements that 32-bit indexing (some cuDNN paths) fails
