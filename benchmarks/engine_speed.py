@@ -221,11 +221,11 @@ def side_by_side(args, device):
     ]
     if gpu:
         cases.append(("fast", "fp32", True, "tf32 (emulated)"))
-    # Warm-up: kernels, cuDNN's choices, the allocator (fewer samples, same rows).
-    warm = settings(args.estimator, n_samples=mc.batch_size, batch_size=mc.batch_size,
-                    timestep_grid=grid)  # fmt: skip
-    for engine, precision, emulate, _ in cases:
-        run(engine, x, enc, unet, ac, warm, device, precision, emulate)
+    if gpu:  # warm-up: kernels, cuDNN's choices, the allocator (fewer samples)
+        warm = settings(args.estimator, n_samples=mc.batch_size,
+                        batch_size=mc.batch_size, timestep_grid=grid)  # fmt: skip
+        for engine, precision, emulate, _ in cases:
+            run(engine, x, enc, unet, ac, warm, device, precision, emulate)
     svd_seconds = eigen_routes(device, R)
     print(
         "upstream's UNet s: its G(x) less the CPU SVD of the same size timed above "
