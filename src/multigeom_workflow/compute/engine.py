@@ -532,21 +532,22 @@ def _conditional_pair_fast(
         b = min(a + rows, R)
         try:
             D[a:b] = rows_of_D(a, b)
-        except torch.OutOfMemoryError:
-            if rows == 1:
-                raise
-            rows = max(1, rows // 2)
-            if stats["oom_retries"] == 0:
-                log.warning(
-                    "a UNet call of %d rows (%d samples) ran out of GPU memory: "
-                    "retrying with %d rows per call (the draws are unchanged)",
-                    b - a, 2 * (b - a), rows,
-                )  # fmt: skip
-            stats["oom_retries"] += 1
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            a = b
             continue
-        a = b
+        except torch.OutOfMemoryError:
+            if b - a == 1:
+                raise
+        # Out of the except block, the failed call's tensors are freed.
+        rows = max(1, (b - a) // 2)
+        if stats["oom_retries"] == 0:
+            log.warning(
+                "a UNet call of %d rows (%d samples) ran out of GPU memory: "
+                "retrying with %d rows per call (the draws are unchanged)",
+                b - a, 2 * (b - a), rows,
+            )  # fmt: skip
+        stats["oom_retries"] += 1
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     stats["rows_per_call_final"] = rows
     _sync(device)
     t1 = time.perf_counter()
