@@ -203,12 +203,6 @@ CASES = {
     "tf32 on the CPU": Case(
         {"precision": "tf32"}, "precision", "tf32", ["CUDA", "allowed", "fp32"]
     ),
-    "upstream engine in tf32": Case(
-        {"engine": "upstream", "precision": "tf32"},
-        "precision",
-        "tf32",
-        ["upstream", "allowed", "fp32", "engine: fast"],
-    ),
     # --- folders and settings files ------------------------------------------------
     "results folder under a file": Case(
         {"results_dir": "taken/results"},

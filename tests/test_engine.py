@@ -247,12 +247,36 @@ def test_measured_seconds_are_those_of_the_engine(tmp_path):
     assert len(read_timings(files)) == 3
 
 
+def test_measured_seconds_are_those_of_the_precision(tmp_path):
+    from multigeom_workflow.planning.cost import read_timings
+
+    gpu = {"device": "cuda:0", "device_name": "NVIDIA H200", "engine": "fast"}
+    flags = {"arithmetic": {"conv_tf32": False, "matmul_tf32": False}}
+    records = {
+        "ieee": (3.0, gpu | flags | {"precision": "fp32"}),
+        "tf32": (1.0, gpu | flags | {"precision": "tf32"}),
+        # Before the switches were set, "fp32" on a GPU ran PyTorch's defaults: tf32.
+        "old-gpu": (1.5, gpu | {"precision": "fp32"}),
+        "old-cpu": (9.0, gpu | {"device": "cpu", "precision": "fp32"}),
+    }
+    for name, (seconds, prov) in records.items():
+        torch.save(
+            {"elapsed_seconds": seconds, "provenance": prov}, tmp_path / f"{name}.pt"
+        )
+    files = sorted(tmp_path.glob("*.pt"))
+    seconds = {
+        precision: sorted(t[2] for t in read_timings(files, precision=precision))
+        for precision in ("fp32", "tf32")
+    }
+    assert seconds == {"fp32": [3.0, 9.0], "tf32": [1.0, 1.5]}
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [
         (
             {"engine": "upstream", "precision": "tf32"},
-            "config key 'precision' = 'tf32': engine 'upstream' runs in fp32 only",
+            "config key 'precision' = 'tf32' needs a CUDA device.*allowed.*fp32",
         ),
         ({"precision": "tf32"}, "'precision' = 'tf32' needs a CUDA device"),
         ({"precision": "bf16"}, "precision.*'bf16'.*fp32"),

@@ -337,7 +337,12 @@ def start(workflow, config: dict) -> Run:
     run.slurm_run = _is_slurm_run(workflow)
     if run.slurm_run:
         spi, _ = slurm_seconds_per_image(
-            scenario, read_timings(scenario.per_image_files(), engine=scenario.engine)
+            scenario,
+            read_timings(
+                scenario.per_image_files(),
+                engine=scenario.engine,
+                precision=scenario.precision,
+            ),
         )
         run.runtime_min = slurm_runtime_minutes(spi)
     if dryrun:
@@ -539,7 +544,9 @@ def estimate_text(workflow, run: Run, planned) -> list[str]:
     lines = estimate_lines(run.scenario, done, ceiling, local, modal, why)
     if run.slurm_run:
         timings = read_timings(
-            run.scenario.per_image_files(), engine=run.scenario.engine
+            run.scenario.per_image_files(),
+            engine=run.scenario.engine,
+            precision=run.scenario.precision,
         )
         lines += slurm_lines(
             *slurm_estimate(

@@ -8,7 +8,10 @@ upstream's keys: with engine ``upstream`` by handing the image to upstream's
 `multigeom.pipeline.per_image.estimate_images`, with engine ``fast`` by
 `multigeom_workflow.compute.engine` (same estimator and draws, large batches). It writes
 into a temporary folder beside the target, and the file is renamed into place only when
-complete; the provenance records the engine and the precision.
+complete. Either engine runs in the arithmetic that ``precision`` names (IEEE float32,
+or PyTorch's GPU defaults for tf32: `multigeom_workflow.compute.arithmetic`); the
+provenance records the engine, the precision and the switches in force (and the fast
+engine's rows per UNet call and eigen-step).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ import torch
 
 from ..atomic import write_error_line
 from ..inputs.images import load_test_image
-from ..settings.checks import engine_precision_problem
 from ..settings.files import to_namespace
-from .engine import ENGINES, check_precision, cpu_threads, estimate_image_fast
+from ..settings.names import ENGINES
+from .arithmetic import arithmetic_flags, check_precision, precision_context
+from .engine import cpu_threads, estimate_image_fast
 from .request import EstimateRequest
 
 __all__ = [
@@ -132,12 +136,16 @@ def estimate_to_file(
     encoder_name, area : str
         Written into the file.
     provenance_record : dict, optional
-        The file's provenance, to which ``engine`` and ``precision`` are added.
+        The file's provenance, to which ``engine``, ``precision`` and ``arithmetic``
+        (`multigeom_workflow.compute.arithmetic.arithmetic_flags`, read while the
+        estimator ran) are added, and with engine fast ``fast_engine`` (rows per UNet
+        call, out-of-memory retries, the eigen-step's route and the seconds of each
+        step).
     engine : str
         ``upstream`` or ``fast`` (`multigeom_workflow.compute.engine`).
     precision : str
-        The fast engine's precision (`multigeom_workflow.compute.engine.PRECISIONS`);
-        upstream takes only ``fp32``.
+        ``fp32`` or ``tf32`` (`multigeom_workflow.settings.names.PRECISIONS`), for
+        either engine; tf32 needs a CUDA device.
 
     Returns
     -------
@@ -149,7 +157,7 @@ def estimate_to_file(
     Raises
     ------
     ValueError
-        If `engine` or `precision` is not allowed (on this device, for this engine).
+        If `engine` or `precision` is not allowed (on this device).
     """
     from multigeom.pipeline.per_image import estimate_images
 
@@ -158,8 +166,6 @@ def estimate_to_file(
             f"config key 'engine' = {engine!r}: allowed: {', '.join(ENGINES)}"
         )
     check_precision(precision, models.device)
-    if problem := engine_precision_problem(engine, precision):
-        raise ValueError(problem)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     image = load_test_image(image_file)
@@ -167,7 +173,9 @@ def estimate_to_file(
     with (
         tempfile.TemporaryDirectory(prefix=f".{out.stem}.", dir=out.parent) as tmp,
         _write_errors_named(out),
+        precision_context(precision, models.device),
     ):
+        record["arithmetic"] = arithmetic_flags()
         if engine == "fast":
             written = _estimate_fast(
                 models,
@@ -230,6 +238,7 @@ def _estimate_fast(
     shapes, ``elapsed_seconds`` the time of G(x) and J(x)) in `out_dir`.
     """
     x = image.unsqueeze(0)  # [1, 1, 64, 64] in [-1, 1]
+    stats = {}
     t0 = time.time()
     g_out, j_out = estimate_image_fast(
         x,
@@ -240,9 +249,11 @@ def _estimate_fast(
         seed=int(cfg.seed) + index,
         device=models.device,
         precision=precision,
+        stats=stats,
     )
     g_values, g_vectors = g_out.eigenvalues.cpu(), g_out.eigenvectors.cpu()
     elapsed = time.time() - t0
+    provenance_record = provenance_record | {"fast_engine": stats}
     path = out_dir / f"img{index:04d}.pt"
     torch.save(
         {

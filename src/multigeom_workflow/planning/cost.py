@@ -10,10 +10,10 @@ Model (that of the old notebook helper, `multigeom.pipeline.distribute.estimate_
 
 Seconds per image are measured where possible: the median ``elapsed_seconds`` (time
 inside the estimator) of the run's existing per-image files computed by the same engine
-on the same kind of device (and GPU model), which the workflow records in their
-provenance. Else the engine's defaults (`ENGINE_SECONDS_PER_IMAGE`), which are for the
-paper's estimator settings and are scaled by the Monte-Carlo work (timesteps x samples)
-of the configured estimator.
+in the same precision on the same kind of device (and GPU model), which the workflow
+records in their provenance. Else the engine's defaults (`ENGINE_SECONDS_PER_IMAGE`),
+which are for the paper's estimator settings and are scaled by the Monte-Carlo work
+(timesteps x samples) of the configured estimator.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "CostEstimate",
     "budget_problem",
     "estimate_cost",
+    "file_precision",
     "format_duration",
     "format_duration_short",
     "gpu_matches",
@@ -54,9 +55,11 @@ MODAL_PRICES_USD_PER_S = dict(PRICES_USD_PER_S)
 #: (upstream's figure), an A100 on Modal (the paper's), a 32-core CPU (upstream's).
 DEFAULT_SECONDS_PER_IMAGE = {"gpu": 15.0, "modal": 30.0, "cpu": 885.0}
 #: Seconds per image with the paper's settings, per engine. The fast engine has not been
-#: timed on a GPU yet (benchmarks/engine_speed.py --device cuda does it): until then
-#: its GPU figures are upstream's, an upper bound. On the CPU the UNet passes (batches
-#: as upstream's) dominate and the two engines cost the same (docs/gpus.md).
+#: timed on a GPU yet (benchmarks/gpu_lease.sh does it): until then its GPU figures are
+#: upstream's, an upper bound. Upstream's GPU figures were taken with PyTorch's
+#: defaults (precision tf32); IEEE fp32 runs the convolutions without tensor cores and
+#: may take longer (docs/gpus.md). On the CPU the UNet passes (batches as upstream's)
+#: dominate and the two engines cost the same.
 ENGINE_SECONDS_PER_IMAGE = {
     "upstream": DEFAULT_SECONDS_PER_IMAGE,
     "fast": dict(DEFAULT_SECONDS_PER_IMAGE),
@@ -189,15 +192,32 @@ def monte_carlo_work(estimator: dict) -> int:
     return len(timestep_grid(estimator)) * int(estimator["monte_carlo"]["n_samples"])
 
 
+def file_precision(prov: dict) -> str:
+    """
+    The arithmetic a per-image file was computed in (`multigeom_workflow.settings.names.
+    PRECISIONS`): its ``provenance["precision"]`` once the workflow set the switches
+    (``provenance["arithmetic"]`` recorded); before, PyTorch's defaults ran, which are
+    tf32 on a GPU and fp32 on the CPU, whatever the file says.
+    """
+    if "arithmetic" in prov:
+        return str(prov.get("precision", "fp32"))
+    return "tf32" if str(prov.get("device", "")).startswith("cuda") else "fp32"
+
+
 def read_timings(
-    files: list[str | Path], limit: int = 32, engine: str | None = None
+    files: list[str | Path],
+    limit: int = 32,
+    engine: str | None = None,
+    precision: str | None = None,
 ) -> list[tuple[str, str, float]]:
     """
     (device, device name, ``elapsed_seconds``) of the newest `limit` existing per-image
     files that record their device (``provenance["device"]`` and
     ``provenance["device_name"]``, written by the workflow), and, when `engine` is
     given, were computed by that engine (``provenance["engine"]``; files without it
-    were computed by upstream's). torch is imported only when there is a file to read.
+    were computed by upstream's), and when `precision` is given, in that precision
+    (`file_precision`: IEEE fp32 on a GPU is slower than its TF32). torch is imported
+    only when there is a file to read.
     """
     existing = [Path(f) for f in files if Path(f).exists()]
     if not existing:
@@ -211,6 +231,8 @@ def read_timings(
             d = torch.load(path, map_location="cpu", weights_only=False)
             prov = d.get("provenance") or {}
             if engine is not None and prov.get("engine", "upstream") != engine:
+                continue
+            if precision is not None and file_precision(prov) != precision:
                 continue
             if prov.get("device"):
                 name = str(prov.get("device_name", ""))

@@ -144,7 +144,13 @@ def run_estimates(
     left = sum(total - n for n, total in done.values())
     workers, why = local_workers(scenario, cores, resources)
     timings = (
-        read_timings(scenario.per_image_files(), engine=scenario.engine) if left else []
+        read_timings(
+            scenario.per_image_files(),
+            engine=scenario.engine,
+            precision=scenario.precision,
+        )
+        if left
+        else []
     )
     kind = "gpu" if scenario.uses_gpu else "cpu"
     spi, source = (

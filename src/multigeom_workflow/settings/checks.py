@@ -14,7 +14,7 @@ from pathlib import Path
 from .errors import ConfigError
 from .files import setting, timestep_grid
 from .layout import RunLayout
-from .names import MAX_SEED, N_PIXELS
+from .names import ENGINES, MAX_SEED, N_PIXELS, PRECISIONS
 from .seeds import CEILING_SEED_OFFSET, overlapping_seeds, seed_ranges
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "check_estimator",
     "check_seed",
     "check_writable",
-    "engine_precision_problem",
 ]
 
 
@@ -155,29 +154,22 @@ def check_writable(config: dict, runs_dir: str, configurations=()):
                 )
 
 
-def engine_precision_problem(engine: str, precision: str) -> str | None:
-    """
-    The one line naming a precision the engine does not run (upstream's
-    `multigeom.pipeline.per_image` computes in IEEE fp32 only), or None.
-    """
-    if engine == "upstream" and precision != "fp32":
-        return (
-            f"config key 'precision' = {precision!r}: engine 'upstream' runs in fp32 "
-            "only; allowed: fp32 (or engine: fast)"
-        )
-    return None
-
-
 def check_engine(config: dict, device: str, remote: bool) -> tuple[str, str]:
     """
     The config's ``engine`` and ``precision`` (defaults fast and fp32), checked against
-    each other and the device: tf32 needs a CUDA device, upstream runs in fp32 only.
+    the allowed values (`ENGINES`, `PRECISIONS`) and the device: tf32 needs a CUDA
+    device (on the CPU it would silently be fp32).
     """
     engine = str(config.get("engine", "fast"))
     precision = str(config.get("precision", "fp32"))
-    problem = engine_precision_problem(engine, precision)
-    if problem:
-        raise ConfigError(problem)
+    for key, value, allowed in (
+        ("engine", engine, ENGINES),
+        ("precision", precision, PRECISIONS),
+    ):
+        if value not in allowed:
+            raise ConfigError(
+                f"config key {key!r} = {value!r}: allowed: {', '.join(allowed)}"
+            )
     if precision == "tf32" and not device.startswith("cuda") and not remote:
         raise ConfigError(
             f"config key 'precision' = 'tf32' needs a CUDA device (device resolves to "

@@ -1,6 +1,7 @@
 """
-The workflow's vocabulary: the names of encoders and areas, the size of a test image,
-the range of seeds, the folder names of downloads. Each fact is written here once; the
+The workflow's vocabulary: the names of encoders and areas, of the engines and their
+precisions, the size of a test image, the range of seeds, the folder names of
+downloads. Each fact is written here once; the
 config schema's enums and the rules' wildcard constraints are checked against it
 (tests/test_layout.py).
 """
@@ -12,10 +13,12 @@ __all__ = [
     "DEMO_AREAS",
     "DEMO_ENCODERS",
     "ENCODERS",
+    "ENGINES",
     "MAX_SEED",
     "N_PIXELS",
     "PAPER_AREAS",
     "PAPER_ENCODERS",
+    "PRECISIONS",
     "TINYIMAGENET_DIR",
     "configuration_label",
     "parse_configuration_label",
@@ -33,6 +36,19 @@ ENCODERS = tuple(dict.fromkeys(PAPER_ENCODERS + DEMO_ENCODERS))
 AREAS = PAPER_AREAS + DEMO_AREAS
 #: Pixels of a test image, 64 x 64 (upstream `multigeom.datasets.CANONICAL_TRANSFORM`).
 N_PIXELS = 64 * 64
+
+
+#: The per-image engines (config key ``engine``): upstream's estimator verbatim, or
+#: the workflow's re-implementation of it for large batches
+#: (`multigeom_workflow.compute.engine`).
+ENGINES = ("upstream", "fast")
+#: The arithmetic of a per-image estimate (config key ``precision``), either engine:
+#: fp32 is IEEE float32 on every device (TF32 off for cuDNN convolutions and CUDA
+#: matrix products while the estimator runs); tf32 is PyTorch's default on a GPU
+#: (convolutions in TF32, matrix products in IEEE float32), what upstream's own command
+#: line runs there, CUDA only, biased (docs/gpus.md,
+#: `multigeom_workflow.compute.arithmetic`).
+PRECISIONS = ("fp32", "tf32")
 
 
 #: The seeds `torch.Generator.manual_seed` takes without overflow: 0 to 2**64 - 1
