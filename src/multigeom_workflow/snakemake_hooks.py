@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .compute.gpus import lock_dir, visible_gpu_ids
+from .compute.gpus import lock_dir
 from .compute.request import RunSettings
 from .compute.workers import clean_after_killed_runs
 from .inputs.images import resize_notice
@@ -239,14 +239,13 @@ def _export_run_settings(workflow, config: dict, scenario: Scenario) -> None:
         RunSettings(
             run_id=str(os.getpid()),
             device=scenario.device,
-            gpu_ids=visible_gpu_ids() if scenario.uses_gpu else [],
+            gpu_ids=list(scenario.gpu_ids),
             cpu_slots=int(workflow.resource_settings.cores or 1),
             warm=scenario.warm_workers,
             settings_files={
                 key: str(resolve_settings_file(str(config[key]), key, workflow.basedir))
                 for key in ("estimator", "diffusion")
             },
-            seed=int(config["seed"]),
             engine=scenario.engine,
             precision=scenario.precision,
         ).to_env(),
@@ -646,10 +645,8 @@ def on_start(workflow, run: Run) -> None:
     given = dict(workflow.resource_settings.resources)
     scheduler = getattr(workflow, "scheduler", None)
     if workflow.local_exec and s.uses_gpu and "gpu" not in given and scheduler:
-        # device cuda:N: every job computes on GPU N
-        n_gpus = 1 if ":" in s.device else max(len(visible_gpu_ids()), 1)
-        workflow.scheduler.global_resources["gpu"] = n_gpus
-        workflow.scheduler.resources["gpu"] = n_gpus
+        workflow.scheduler.global_resources["gpu"] = s.gpu_slots
+        workflow.scheduler.resources["gpu"] = s.gpu_slots
     check_before_first_job(workflow, run)
 
 

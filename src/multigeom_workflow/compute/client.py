@@ -30,7 +30,7 @@ import os
 import time
 from pathlib import Path
 
-from .gpus import compute_lock, hold_cpu, hold_gpu
+from .gpus import compute_lock, gpu_index, hold_cpu, hold_gpu
 from .hook import estimator_hook, record
 from .request import EstimateRequest, RunSettings
 
@@ -73,7 +73,7 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
         diffusion=diffusion,
         settings_files=run.settings_files,
         # the seed the draws are made from (a noise-ceiling estimate has its own)
-        seed=int(estimator.get("seed", run.seed)),
+        seed=int(estimator["seed"]),  # the run's, or its configuration's
         engine=run.engine,
         precision=run.precision,
     )
@@ -83,7 +83,7 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
 def _hold(run: RunSettings):
     """Hold the job's slot: a GPU of the run (``cuda:N``: that one) or a CPU share."""
     if run.device.startswith("cuda"):
-        want = int(run.device.split(":")[1]) if ":" in run.device else None
+        want = gpu_index(run.device)
         return hold_gpu(run.gpu_ids, want=want)
     return hold_cpu(run.cpu_slots, run_id=run.run_id)
 

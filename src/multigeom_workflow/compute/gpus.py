@@ -35,6 +35,8 @@ __all__ = [
     "hold_gpu",
     "hold_slot",
     "lock_dir",
+    "device_kind",
+    "gpu_index",
     "resolve_device",
     "run_dir",
     "visible_gpu_ids",
@@ -64,15 +66,28 @@ def visible_gpu_ids() -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
-def resolve_device(device: str) -> str:
+def resolve_device(device: str, gpu_ids: list[str] | None = None) -> str:
     """
     The device a per-image job computes on: ``"auto"`` and ``"cuda"`` are ``"cuda"``
     (any free GPU) when a GPU is visible, ``"cuda:N"`` that GPU, and all of them
-    ``"cpu"`` when no GPU is visible (as the old helper fell back).
+    ``"cpu"`` when no GPU is visible (as the old helper fell back). `gpu_ids`: the
+    visible GPUs, listed once per run (default: `visible_gpu_ids`).
     """
-    if device == "cpu" or not visible_gpu_ids():
+    ids = visible_gpu_ids() if gpu_ids is None else gpu_ids
+    if device == "cpu" or not ids:
         return "cpu"
     return "cuda" if device == "auto" else device
+
+
+def gpu_index(device: str) -> int | None:
+    """N of a device ``"cuda:N"``; None for ``"cuda"`` (any GPU) and ``"cpu"``."""
+    kind, _, index = str(device).partition(":")
+    return int(index) if kind == "cuda" and index else None
+
+
+def device_kind(device: str) -> str:
+    """``"cpu"`` or ``"cuda"``, of a device string (``"cuda:1"`` is ``"cuda"``)."""
+    return str(device).partition(":")[0]
 
 
 def lock_dir() -> Path:

@@ -145,9 +145,13 @@ class RunSettings:
         Hand the image to a warm worker (``workers: warm``), else compute in the job.
     settings_files : dict
         Name -> settings file, for upstream's provenance record.
-    seed : int
     engine, precision : str
         Config keys ``engine`` and ``precision`` (defaults ``"fast"``, ``"fp32"``).
+
+    Notes
+    -----
+    The seed is not here: a job's seed is in its estimator settings (its rule's
+    params), the one channel it travels through.
     """
 
     run_id: str
@@ -156,7 +160,6 @@ class RunSettings:
     cpu_slots: int = 1
     warm: bool = True
     settings_files: dict = field(default_factory=dict)
-    seed: int = 42
     engine: str = "fast"
     precision: str = "fp32"
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S, parse_gpu
 
+from ..compute import gpus
 from ..settings.files import timestep_grid
 
 __all__ = [
@@ -254,7 +255,7 @@ def measured_seconds_per_image(
     seconds = [
         s
         for device, name, s in timings
-        if device.split(":")[0] == device_kind
+        if gpus.device_kind(device) == device_kind
         and (not gpu_name or gpu_matches(gpu_name, name))
     ]
     if not seconds:

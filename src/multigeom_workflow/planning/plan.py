@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 
-from ..compute.gpus import visible_gpu_ids
 from ..scenario import Scenario
 from .cost import (
     DEFAULT_STARTUP_S,
@@ -95,7 +94,7 @@ def local_workers(
     if scenario.uses_gpu:
         if resources.get("gpu") is not None:
             return int(resources["gpu"]), "--resources gpu"
-        n = len(visible_gpu_ids())
+        n = len(scenario.gpu_ids)
         return max(n, 1), f"{n} visible GPU(s)" if n else "no GPU found"
     n = cores or os.cpu_count() or 1
     return n, "--cores" if cores else "CPU cores"

@@ -16,7 +16,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..compute.gpus import resolve_device
+from ..compute import gpus
+from ..compute.gpus import gpu_index, resolve_device
 from ..inputs.fetch import missing_backbone_weights
 from ..inputs.images import (
     DEMO_TEST_PHOTOS,
@@ -110,14 +111,10 @@ def _normalise_test_images_path(config: dict) -> tuple[str, ...]:
     return ()
 
 
-def _check_device(device: str):
-    """``cuda:N`` must name a GPU this machine shows (when it shows any)."""
-    from ..compute.gpus import visible_gpu_ids
-
-    if not device.startswith("cuda:"):
-        return
-    ids = visible_gpu_ids()
-    if ids and int(device.split(":")[1]) >= len(ids):
+def _check_device(device: str, ids: list[str]):
+    """``cuda:N`` must name a GPU this machine shows (`ids`, when it shows any)."""
+    index = gpu_index(device)
+    if index is not None and ids and index >= len(ids):
         allowed = ", ".join(f"cuda:{i}" for i in range(len(ids)))
         raise ConfigError(
             f"config key 'device' = {device!r}: this machine shows {len(ids)} GPU(s); "
@@ -285,7 +282,9 @@ def load_scenario(
         )
     seeds = str(config.get("monte_carlo_seeds", "shared"))
     check_seed(int(config["seed"]), n_images, ceiling_images, configurations, seeds)
-    _check_device(str(config["device"]))
+    # the GPUs this machine shows, listed once for the run
+    gpu_ids = () if config["device"] == "cpu" else tuple(gpus.visible_gpu_ids())
+    _check_device(str(config["device"]), list(gpu_ids))
     if not remote:
         check_writable(config, runs_dir, configurations)
     est_file = resolve_settings_file(
@@ -301,7 +300,7 @@ def load_scenario(
     estimator["seed"] = seed
     estimator["top_k"] = top_k
     estimator.setdefault("fisher_baseline", {"enabled": True})["top_k"] = top_k
-    device = resolve_device(str(config["device"]))
+    device = resolve_device(str(config["device"]), list(gpu_ids))
     engine, precision = check_engine(config, device, remote)
     return Scenario(
         configurations=configurations,
@@ -311,6 +310,7 @@ def load_scenario(
         top_k=top_k,
         device=device,
         device_asked=str(config["device"]),
+        gpu_ids=gpu_ids if device != "cpu" else (),
         warm_workers=config["workers"] == "warm",
         estimator=estimator,
         estimator_file=est_file,

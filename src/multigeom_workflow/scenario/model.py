@@ -66,6 +66,9 @@ class Scenario:
         Where per-image jobs compute: ``"cpu"``, ``"cuda"`` (any free GPU, one per
         job) or ``"cuda:N"``, resolved from `device_asked` (``"auto"`` too) and the
         GPUs this machine shows (`multigeom_workflow.compute.gpus.resolve_device`).
+    gpu_ids : tuple of str
+        The GPUs this machine shows (``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi``),
+        listed once for the run when `device` is CUDA; empty otherwise.
     estimator, diffusion : dict
         The estimator settings (with `seed` and `top_k` applied) and the diffusion-model
         settings, as upstream's YAML files hold them.
@@ -114,6 +117,7 @@ class Scenario:
     test_image_files: tuple[str, ...]
     modal: dict
     device_asked: str = "cpu"
+    gpu_ids: tuple[str, ...] = ()
     warm_workers: bool = True
     blockers: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -130,6 +134,16 @@ class Scenario:
         return configuration_estimator(
             self.estimator, encoder, area, self.monte_carlo_seeds
         )
+
+    @property
+    def gpu_slots(self) -> int:
+        """
+        GPUs the run's per-image jobs share on this machine: 1 with ``cuda:N``, else
+        the visible GPUs (`gpu_ids`, at least 1); 0 on the CPU.
+        """
+        if not self.uses_gpu:
+            return 0
+        return 1 if ":" in self.device else max(len(self.gpu_ids), 1)
 
     @property
     def uses_gpu(self) -> bool:
