@@ -112,7 +112,8 @@ def test_cli_config_is_snakemakes(tmp_path, monkeypatch, name):
 
 def test_progress_plans_what_snakemake_plans(tmp_path):
     # The example: config/config.yaml (the demo, 8 images) and --configfile
-    # more.yaml with n_images: 12: Snakemake plans 4 x 12; so does progress.
+    # more.yaml with n_images: 12: Snakemake plans 4 x 12, and the noise ceiling's
+    # 4 x 2 second estimates; so does progress.
     (tmp_path / "config").mkdir()
     (tmp_path / "config/config.yaml").write_text(
         (REPO / "config/config.yaml").read_text()
@@ -134,9 +135,10 @@ def test_progress_plans_what_snakemake_plans(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert cli.stdout.splitlines()[-1] == "all                           0 / 48", (
-        cli.stderr
-    )
+    assert cli.stdout.splitlines()[-2:] == [
+        "noise ceiling                 0 / 8",
+        "all                           0 / 56",
+    ], cli.stderr
 
 
 # ---- test_images.path given as the tiny-imagenet-200 folder itself ----------------
