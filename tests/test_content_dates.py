@@ -96,3 +96,15 @@ def test_missing_files_are_skipped_and_a_damaged_registry_is_started_afresh(
     report = keep_dates_of_unchanged_content([tmp_path / "missing.pt", f], registry)
     assert report.hashed == 1
     assert list(json.loads(registry.read_text())["files"]) == [str(f)]
+
+
+def test_recording_only_keeps_the_new_date(tmp_path):
+    """At the end of a run: a file a job rewrote with the same bytes keeps its date."""
+    f = make(tmp_path / "train_crops.pt", b"same")
+    registry = tmp_path / REGISTRY_NAME
+    keep_dates_of_unchanged_content([f], registry)
+    os.utime(f)  # the job's new file, same bytes
+    new = f.stat().st_mtime_ns
+    report = keep_dates_of_unchanged_content([f], registry, restore=False)
+    assert report.restored == [] and f.stat().st_mtime_ns == new
+    assert json.loads(registry.read_text())["files"][str(f)][1] == new

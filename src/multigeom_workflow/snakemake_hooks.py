@@ -137,7 +137,7 @@ def check_installed_package(workflow) -> None:
     """
     here = os.path.realpath(os.path.join(workflow.basedir, "src"))
     imported = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))
-    if not workflow.remote_exec and imported != here:
+    if workflow.is_main_process and imported != here:
         _say(
             f"warning: the multigeom_workflow package imported is "
             f"{imported}/multigeom_workflow, not this workflow's "
@@ -178,17 +178,18 @@ def content_inputs(scenario: Scenario) -> list[str]:
     return sorted(set(out))
 
 
-def record_contents(scenario: Scenario):
+def record_contents(scenario: Scenario, restore: bool = True):
     """
     Record the content of the run's inputs (`content_inputs`) in the registry, and
-    give unchanged ones their recorded dates (`keep_dates_of_unchanged_content`).
+    with `restore` give unchanged ones their recorded dates
+    (`keep_dates_of_unchanged_content`).
 
     Returns
     -------
     multigeom_workflow.planning.content_dates.ContentDates
     """
     return keep_dates_of_unchanged_content(
-        content_inputs(scenario), Path(scenario.runs_dir) / REGISTRY_NAME
+        content_inputs(scenario), Path(scenario.runs_dir) / REGISTRY_NAME, restore
     )
 
 
@@ -198,8 +199,8 @@ def on_end(workflow, run: Run) -> None:
     (checkpoints, the demo's data, test images) recorded with their content, so that
     a later date change (``touch``, ``cp -r``) recomputes nothing.
     """
-    if not workflow.remote_exec:
-        record_contents(run.scenario)
+    if workflow.is_main_process:
+        record_contents(run.scenario, restore=False)
 
 
 def _repair_before_planning(scenario: Scenario) -> None:
@@ -317,7 +318,8 @@ def start(workflow, config: dict) -> Run:
     ):
         if line:
             _say(line)
-    if not remote:
+    main = workflow.is_main_process  # not a job's own Snakemake (remote, subprocess)
+    if main:
         _repair_before_planning(scenario)
     _export_run_settings(workflow, config, scenario)
 
@@ -326,7 +328,7 @@ def start(workflow, config: dict) -> Run:
     # require --jobs (and the jobs they run remotely). Local runs ignore groups, and
     # a dry run submits nothing (its estimate makes the shards of the plan itself):
     # grouping 40,000 jobs costs Snakemake minutes.
-    run.sharded = remote or (
+    run.sharded = not main or (
         workflow.resource_settings.nodes is not None and not dryrun
     )
     if run.sharded:
@@ -353,7 +355,7 @@ def start(workflow, config: dict) -> Run:
     before_modal_run(
         workflow, scenario, lambda: _modal_estimate_at_parse(workflow, run)
     )
-    if not remote:
+    if main:
         DryRunEstimate(workflow, run).install()
     return run
 

@@ -18,7 +18,8 @@ file whose bytes changed keeps its new date, and Snakemake recomputes what depen
 it. Hashing runs only for files whose (size, modification time, status-change time)
 differ from the registry: the status-change time moves on every write, rename, copy
 and date change, so a file rewritten with its date kept is hashed too. The registry
-is written at every parse and at the end of every run (`snakemake_hooks.on_end`).
+is written at every parse, where dates are restored, and at the end of every run
+(`snakemake_hooks.on_end`), where what the run wrote is only recorded.
 
 This is Snakemake's ``--touch`` run backwards: it changes only dates, only of files
 whose content is the one recorded, and only to the date recorded with that content.
@@ -95,11 +96,14 @@ class ContentDates:
 
 
 def keep_dates_of_unchanged_content(
-    files: Iterable[str | Path], registry: str | Path
+    files: Iterable[str | Path], registry: str | Path, restore: bool = True
 ) -> ContentDates:
     """
     Give every file of `files` whose content is the one recorded in `registry` its
-    recorded modification time back; record new and changed files.
+    recorded modification time back; record new and changed files. With `restore`
+    False, only record what is there (at the end of a run: a file a job of the run
+    rewrote with the same bytes keeps the date the job gave it, so that it is never
+    made older than an input that changed).
 
     Parameters
     ----------
@@ -136,7 +140,7 @@ def keep_dates_of_unchanged_content(
         digest = sha256_of(f)
         out.hashed += 1
         if known and known[3] == digest and known[0] == st.st_size:
-            if known[1] != st.st_mtime_ns:
+            if restore and known[1] != st.st_mtime_ns:
                 os.utime(f, ns=(st.st_atime_ns, known[1]))
                 out.restored.append(f)
             key = _stat_key(os.stat(f))  # the status-change time moved
