@@ -116,6 +116,10 @@ AccountingStorageEnforce=associations
 # a request above a partition's limits is refused at submission, as on most clusters
 EnforcePartLimits=ALL
 JobAcctGatherType=jobacct_gather/none
+# sacct shows a job's --comment (the plugin's rule and wildcards)
+AccountingStoreFlags=job_comment
+# sacct shows the GPUs asked for (ReqTRES gres/gpu=N)
+AccountingStorageTRES=gres/gpu
 GresTypes=gpu
 NodeName=localhost $node Gres=gpu:2 State=UNKNOWN
 PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP
@@ -214,8 +218,10 @@ stop() {
   done
 }
 
-status() {
+status() { # exit 0 when this script's cluster takes jobs
   local name
+  ours "$CONF_DIR/slurm.conf" && [[ -e "$CONF_DIR/slurm.conf" ]] ||
+    die "no cluster of this script here ($CONF_DIR/slurm.conf)"
   for name in munged mariadbd slurmdbd slurmctld slurmd; do
     if running "$name"; then say "$name running (pid $(cat "$STATE/$name.pid"))"; fi
   done

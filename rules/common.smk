@@ -15,6 +15,10 @@ try:
     from multigeom_workflow.settings.files import resolve_settings_file
     from multigeom_workflow.planning.plan import pending_images
     from multigeom_workflow.planning.shards import SHARD_GROUP, num_shards, shard_groups
+    from multigeom_workflow.planning.slurm import (
+        restore_ended_allocations,
+        status_query_problem,
+    )
 except ImportError as err:
     raise WorkflowError(
         f"the workflow's packages are not installed ({err}): run `pip install -e . "
@@ -60,6 +64,11 @@ for _note in SCENARIO.notes:
     print(_note, file=sys.stderr)
 if SCENARIO.stage5_skipped:
     print(SCENARIO.stage5_skipped, file=sys.stderr)
+# Per-image files that SLURM allocations finished before they ended early, put back
+# before Snakemake plans what is left (docs/slurm.md).
+_restored = None if workflow.remote_exec else restore_ended_allocations(SCENARIO)
+if _restored:
+    print(_restored, file=sys.stderr)
 
 
 def export_run_settings():
@@ -445,6 +454,11 @@ def check_before_first_job():
         sys.exit(f"config error: {line}")
     plugin = workflow.executor_plugin
     name = getattr(plugin, "name", None)
+    if name == "slurm":  # sacct without job accounting: the run would never end
+        _status = getattr(workflow.executor_settings, "status_command", None)
+        problem = status_query_problem(_status)
+        if problem:
+            sys.exit(f"config error: {problem}")
     if name != "modal":
         for problem in SCENARIO.blockers:
             sys.exit(f"config error: {problem}")

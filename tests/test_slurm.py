@@ -1,8 +1,15 @@
 """
-The workflow on a SLURM cluster through the real ``snakemake-executor-plugin-slurm``
-and ``profiles/slurm``, against fake SLURM commands on PATH (tests/fake_slurm: batch
-jobs run on this machine, their states reported as sbatch, squeue, sacct and scancel
-report them): the reduced demo's per-image jobs, 2 shards of 4 images.
+The workflow on a real SLURM cluster: the single-node cluster of
+``.ci/slurm-cluster.sh`` (Debian's slurm-wlm 22.05 with slurmdbd accounting, started
+by the `slurm_cluster` fixture when it is not running), driven by the maintained
+``snakemake-executor-plugin-slurm`` through ``profiles/slurm`` as a user edits it; the
+reduced demo's per-image jobs with ``device: cpu``, 2 shards.
+
+A fake stands in only where this cluster cannot be made to behave as another does
+without restarting its daemons under the other tests: a cluster without job
+accounting (``tests/fake_slurm/sacct`` answers as SLURM's sacct does there). Not
+tested here: preemption, a node failing, several nodes on a shared file system, real
+GPUs (this node's GPUs are fake gres devices).
 """
 
 from __future__ import annotations
@@ -21,45 +28,99 @@ import pytest
 import torch
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
 
+from multigeom_workflow.compute.standin import RECORD_ENV, STANDIN_ENV
 from multigeom_workflow.planning.plan import slurm_lines, slurm_runtime_minutes
 
-FAKE_BIN = REPO / "tests" / "fake_slurm" / "bin"
+CLUSTER_SCRIPT = REPO / ".ci" / "slurm-cluster.sh"
+FAKE_SACCT = REPO / "tests" / "fake_slurm"
 TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
+#: The cluster's account and partitions (.ci/slurm-cluster.sh).
+ACCOUNT, PARTITION = "local", "gpu"
+SACCT_FIELDS = (
+    "JobIDRaw,JobName,State,Partition,Account,Timelimit,ReqTRES,WorkDir,Comment"
+)
 
 
-def user_profile(dest: Path) -> Path:
-    """profiles/slurm as a user edits it: the values marked SET filled in."""
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """
+    The single-node cluster of .ci/slurm-cluster.sh, started (installed first) when
+    it is not running; skipped only where it cannot be: not root, or no apt-get.
+    """
+    status = subprocess.run([CLUSTER_SCRIPT, "status"], capture_output=True, text=True)
+    if status.returncode != 0:
+        if os.geteuid() != 0:
+            pytest.skip("a real SLURM cluster needs root: .ci/slurm-cluster.sh start")
+        if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+            pytest.skip("no apt-get to install SLURM (.ci/slurm-cluster.sh)")
+        start = subprocess.run(
+            [CLUSTER_SCRIPT, "start"], capture_output=True, text=True, timeout=600
+        )
+        assert start.returncode == 0, start.stderr[-3000:]
+    return last_job_id()
+
+
+def sacct_rows(*args: str) -> list[dict]:
+    out = subprocess.run(
+        ["sacct", "-X", "-P", "-n", "-S", "2000-01-01", "-o", SACCT_FIELDS, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    keys = SACCT_FIELDS.split(",")
+    return [
+        dict(zip(keys, line.split("|", len(keys) - 1), strict=True))
+        for line in out.splitlines()
+        if line
+    ]
+
+
+def last_job_id() -> int:
+    return max([int(r["JobIDRaw"]) for r in sacct_rows()], default=0)
+
+
+def jobs_since(first: int, work: Path) -> list[dict]:
+    """The cluster's jobs submitted after job `first` from folder `work`, in order."""
+    return [
+        r
+        for r in sacct_rows()
+        if int(r["JobIDRaw"]) > first and Path(r["WorkDir"]) == work
+    ]
+
+
+def user_profile(dest: Path, **resources: str) -> Path:
+    """
+    profiles/slurm as a user edits it for this cluster: the values marked SET filled
+    in, and what the node has (2 CPUs, its memory) instead of a GPU node's.
+    """
     dest.mkdir(parents=True)
     text = (REPO / "profiles" / "slurm" / "profile.yaml").read_text()
     marked = [line for line in text.splitlines() if "# SET" in line]
     assert any("slurm_account=" in line for line in marked)
     assert any("slurm_partition=" in line for line in marked)
-    text = text.replace("slurm_account=SET-your-account", "slurm_account=lab")
-    text = text.replace("slurm_partition=SET-your-gpu-partition", "slurm_partition=gpu")
+    text = text.replace("slurm_account=SET-your-account", f"slurm_account={ACCOUNT}")
+    text = text.replace(
+        "slurm_partition=SET-your-gpu-partition", f"slurm_partition={PARTITION}"
+    )
+    changes = {"mem_mb": "2000", "cpus_per_gpu": "1", **resources}
+    for name, value in changes.items():
+        text, n = re.subn(
+            rf"estimate_image:{name}=\S+", f"estimate_image:{name}={value}", text
+        )
+        if n == 0:
+            text = text.replace(
+                "set-resources:", f"set-resources:\n  - estimate_image:{name}={value}"
+            )
     assert "SET-" not in text
     (dest / "profile.yaml").write_text(text)
     return dest
-
-
-def slurm_env(root: Path) -> dict:
-    state = root / "cluster"
-    state.mkdir()
-    return {
-        **os.environ,
-        "PATH": os.pathsep.join(
-            [str(FAKE_BIN), str(Path(sys.executable).parent), os.environ["PATH"]]
-        ),
-        "FAKE_SLURM_DIR": str(state),
-        "FAKE_SLURM_ACCOUNTS": "lab",
-        "FAKE_SLURM_PYTHON": sys.executable,
-        "FAKE_SLURM_KILL_WAIT": "2",
-    }
 
 
 def workdir_with_assets(tiny_run: Path, dest: Path) -> Path:
     """The reduced demo's assets (models, test images), no per-image file yet."""
     shutil.copytree(tiny_run / "runs", dest / "runs", symlinks=True)
     shutil.rmtree(dest / "runs" / "per_image")
+    shutil.rmtree(dest / "runs" / "per_image_ceiling", ignore_errors=True)
     shutil.rmtree(dest / "runs" / "metrics", ignore_errors=True)
     return dest
 
@@ -69,59 +130,68 @@ def slurm_command(work: Path, profile: Path, *extra: str) -> list[str]:
     cmd += ["--directory", str(work), "--profile", str(profile)]
     cmd += ["--configfile", str(TINY_CONFIG), "--cores", "1", "--jobs", "2"]
     cmd += ["--slurm-init-seconds-before-status-checks", "1"]
-    cmd += ["--seconds-between-status-checks", "1", "--latency-wait", "5"]
+    cmd += ["--seconds-between-status-checks", "2", "--latency-wait", "5"]
     return [*cmd, *extra]
 
 
-def jobs(env: dict) -> list[dict]:
-    folder = Path(env["FAKE_SLURM_DIR"], "jobs")
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("[0-9]*.json"))]
+def run(cmd: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env or {})}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+
+def assert_equal_to_local(work: Path, tiny_run: Path, files) -> None:
+    for f in files:
+        rel = Path(f).relative_to(work) if Path(f).is_absolute() else Path(f)
+        slurm = torch.load(work / rel, weights_only=False)
+        local = torch.load(tiny_run / rel, weights_only=False)
+        for key in TENSORS:  # same seed per image: the same numbers as locally
+            assert torch.equal(slurm[key], local[key]), (rel, key)
 
 
 @pytest.fixture(scope="module")
-def slurm_run(tiny_run, tmp_path_factory):
+def slurm_run(slurm_cluster, tiny_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("slurm")
     work = workdir_with_assets(tiny_run, root / "work")
     profile = user_profile(root / "profile")
-    env = slurm_env(root)
-    dry = subprocess.run(
-        slurm_command(work, profile, "-n"), env=env, capture_output=True, text=True
-    )
-    result = subprocess.run(
-        slurm_command(work, profile), env=env, capture_output=True, text=True
-    )
-    return work, env, dry, result
+    first = last_job_id()
+    dry = run(slurm_command(work, profile, "-n"))
+    result = run(slurm_command(work, profile))
+    submitted = jobs_since(first, work)
+    again = run(slurm_command(work, profile))
+    return work, dry, result, submitted, again, jobs_since(first, work)
 
 
 def test_slurm_profile_runs_the_demo(slurm_run, tiny_run):
-    work, _, _, result = slurm_run
+    work, _, result, _, again, after = slurm_run
     assert result.returncode == 0, result.stderr[-5000:]
     assert (work / "results" / "fig4de.png").exists()
-    for enc, area in CONFIGURATIONS:
-        for i in range(2):
-            rel = Path("runs", "per_image", enc, area, f"img{i:04d}.pt")
-            slurm = torch.load(work / rel, weights_only=False)
-            local = torch.load(tiny_run / rel, weights_only=False)
-            for key in TENSORS:  # same seed per image: the same numbers as locally
-                assert torch.equal(slurm[key], local[key]), (rel, key)
+    files = [
+        Path("runs", folder, enc, area, f"img{i:04d}.pt")
+        for enc, area in CONFIGURATIONS
+        for folder, n in (("per_image", 2), ("per_image_ceiling", 1))
+        for i in range(n)
+    ]
+    assert_equal_to_local(work, tiny_run, files)
+    # a second run: nothing left, nothing submitted
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Nothing to be done" in again.stderr
+    assert len(after) == 2
 
 
 def test_one_allocation_per_shard_with_one_gpu(slurm_run):
-    work, env, _, result = slurm_run
+    work, _, result, submitted, _, _ = slurm_run
     assert result.returncode == 0, result.stderr[-5000:]
-    submitted = jobs(env)
-    # 8 per-image jobs in --jobs 2 shards of 4; every other rule ran here
-    assert len(submitted) == 2
-    assert {j["state"] for j in submitted} == {"COMPLETED"}
-    assert {j["gpus"] for j in submitted} == {"1"}
-    assert {(j["account"], j["partition"], j["mem"]) for j in submitted} == {
-        ("lab", "gpu", "16000")
-    }
-    # the time limit: 4 images x the per-image runtime of the estimate (1 minute)
-    assert {j["time_limit_min"] for j in submitted} == {4.0}
-    shards = sorted(re.search(r"shard-\d+", j["comment"]).group() for j in submitted)
+    # 12 per-image jobs (8, and the noise ceiling's 4) in --jobs 2 shards of 6
+    assert len(submitted) == 2, submitted
+    assert {j["State"] for j in submitted} == {"COMPLETED"}
+    assert {(j["Account"], j["Partition"]) for j in submitted} == {(ACCOUNT, PARTITION)}
+    for job in submitted:
+        tres = dict(item.split("=", 1) for item in job["ReqTRES"].split(","))
+        assert tres["gres/gpu"] == "1" and tres["mem"] == "2000M", tres
+    shards = sorted(re.search(r"shard-\d+", j["Comment"]).group() for j in submitted)
     assert shards == ["shard-00", "shard-01"]
-    # one warm worker per allocation served its 4 images (models loaded once per
+    # one warm worker per allocation served its images (models loaded once per
     # configuration of the shard), not one per image
     starts = sum(
         f.read_text().count("worker started")
@@ -131,21 +201,25 @@ def test_one_allocation_per_shard_with_one_gpu(slurm_run):
 
 
 def test_dry_run_prints_gpu_hours_per_shard(slurm_run):
-    _, _, dry, _ = slurm_run
+    _, dry, _, _, _, _ = slurm_run
     assert dry.returncode == 0, dry.stderr[-3000:]
     text = dry.stderr
     assert "on SLURM (profiles/slurm): 2 allocation(s)" in text
-    shard_lines = re.findall(r"shard-0\d: 4 image\(s\) of 2 configuration\(s\)", text)
-    assert len(shard_lines) == 2
+    shard_lines = re.findall(r"shard-0\d: 6 image\(s\) of 2 configuration\(s\)", text)
+    assert len(shard_lines) == 2, text
     assert re.search(r"GPU-hours per shard: [0-9.e-]+ \(", text)
     slurm_block = text.split("on SLURM", 1)[1].split("\n\n", 1)[0]
     assert "USD" not in slurm_block
 
 
-def test_a_cancelled_run_leaves_nothing_that_looks_finished(tiny_run, tmp_path):
+def test_a_cancelled_run_leaves_nothing_that_looks_finished(
+    slurm_cluster, tiny_run, tmp_path
+):
     work = workdir_with_assets(tiny_run, tmp_path / "work")
     profile = user_profile(tmp_path / "profile")
-    env = slurm_env(tmp_path)
+    first = last_job_id()
+    env = {**os.environ}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
     proc = subprocess.Popen(
         slurm_command(work, profile),
         env=env,
@@ -156,47 +230,38 @@ def test_a_cancelled_run_leaves_nothing_that_looks_finished(tiny_run, tmp_path):
         # the shell ignores SIGINT for its children)
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.time() + 120
+    deadline = time.time() + 180
     while time.time() < deadline:
-        if len(jobs(env)) == 2 and all(j["state"] == "RUNNING" for j in jobs(env)):
+        jobs = jobs_since(first, work)
+        if len(jobs) == 2 and all(j["State"] == "RUNNING" for j in jobs):
             break
-        time.sleep(0.5)
+        time.sleep(1)
     else:
         proc.kill()
-        pytest.fail("the 2 shards were not submitted and running in time")
-    time.sleep(2)
+        pytest.fail(f"the 2 shards were not submitted and running in time: {jobs}")
+    time.sleep(5)
     proc.send_signal(signal.SIGINT)  # Ctrl-C: Snakemake cancels its SLURM jobs
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, output[-3000:]
-    states = {j["id"]: j["state"] for j in jobs(env)}
-    assert set(states.values()) == {"CANCELLED"}, (states, output[-3000:])
-    sacct = subprocess.run(
-        ["sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert all("CANCELLED by" in line for line in sacct.stdout.splitlines())
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        states = [j["State"] for j in jobs_since(first, work)]
+        if all(s.startswith("CANCELLED by") for s in states):
+            break
+        time.sleep(1)
+    assert all(s.startswith("CANCELLED by") for s in states), (states, output[-3000:])
     # no per-image file is partial: each one there is the local run's result
-    for f in (work / "runs" / "per_image").rglob("*.pt"):
-        rel = f.relative_to(work)
-        done = torch.load(f, weights_only=False)
-        local = torch.load(tiny_run / rel, weights_only=False)
-        for key in TENSORS:
-            assert torch.equal(done[key], local[key]), rel
-    assert not (work / "runs" / "metrics" / "cross_encoder_metrics.json").exists()
-    assert not (work / "results" / "fig4de.png").exists()
-    # what is left is planned again (nothing half-done is taken as finished)
-    dry = subprocess.run(
-        slurm_command(work, profile, "-n"), env=env, capture_output=True, text=True
-    )
-    done = sum(
-        len(list((work / "runs" / folder).rglob("*.pt")))
+    done = [
+        f.relative_to(work)
         for folder in ("per_image", "per_image_ceiling")
-    )
+        for f in (work / "runs" / folder).glob("*/*/img*.pt")
+    ]
+    assert_equal_to_local(work, tiny_run, done)
+    assert not (work / "runs" / "metrics" / "cross_encoder_metrics.json").exists()
+    # what is left is planned again (nothing half-done is taken as finished)
+    dry = run(slurm_command(work, profile, "-n"))
     # 4 configurations x 2 images, and the noise ceiling's 4 second estimates
-    assert f"per-image computations left: {12 - done}" in dry.stderr
+    assert f"per-image computations left: {12 - len(done)}" in dry.stderr
 
 
 def test_runtime_and_gpu_hours_per_shard():
@@ -224,16 +289,11 @@ def test_the_noise_ceiling_jobs_ask_what_estimate_image_asks(tmp_path):
 
     profile = user_profile(tmp_path / "profile")
     settings = yaml.safe_load((profile / "profile.yaml").read_text())
-    settings["set-resources"].append("estimate_image_ceiling:mem_mb=8000")
+    settings["set-resources"].append("estimate_image_ceiling:mem_mb=1000")
     (profile / "profile.yaml").write_text(yaml.safe_dump(settings))
     work = tmp_path / "work"
     work.mkdir()
-    dry = subprocess.run(
-        slurm_command(work, profile, "-n"),
-        env=slurm_env(tmp_path),
-        capture_output=True,
-        text=True,
-    )
+    dry = run(slurm_command(work, profile, "-n"))
     assert dry.returncode == 0, dry.stderr[-3000:]
 
     def resources(rule: str) -> list[dict]:
@@ -246,26 +306,23 @@ def test_the_noise_ceiling_jobs_ask_what_estimate_image_asks(tmp_path):
             for line in lines
         ]
 
-    shared = {"gpu": "1", "slurm_partition": "gpu", "slurm_account": "lab"}
-    shared |= {"cpus_per_gpu": "4", "mpi": ""}
+    shared = {"gpu": "1", "slurm_partition": PARTITION, "slurm_account": ACCOUNT}
+    shared |= {"cpus_per_gpu": "1", "mpi": ""}
     first, second = resources("estimate_image"), resources("estimate_image_ceiling")
     assert len(first) == 8 and len(second) == 4  # tiny.yaml: 1 ceiling image
-    assert all(r.items() >= {**shared, "mem_mb": "16000"}.items() for r in first)
-    assert all(r.items() >= {**shared, "mem_mb": "8000"}.items() for r in second)
+    assert all(r.items() >= {**shared, "mem_mb": "2000"}.items() for r in first)
+    assert all(r.items() >= {**shared, "mem_mb": "1000"}.items() for r in second)
 
 
-def test_the_shipped_profiles_placeholders_are_refused(tmp_path):
+def test_the_shipped_profiles_placeholders_are_refused(slurm_cluster, tmp_path):
     """
     profiles/slurm as shipped (account and partition still "SET-..."): the dry run
     names each placeholder, a real run stops before any submission with one line.
     """
     work = tmp_path / "work"
     work.mkdir()
-    env = slurm_env(tmp_path)
     profile = REPO / "profiles" / "slurm"
-    dry = subprocess.run(
-        slurm_command(work, profile, "-n"), env=env, capture_output=True, text=True
-    )
+    dry = run(slurm_command(work, profile, "-n"))
     assert dry.returncode == 0, dry.stderr[-3000:]
     warned = [line for line in dry.stderr.splitlines() if "placeholder" in line]
     assert [line.split(" is the")[0] for line in warned] == [
@@ -274,16 +331,71 @@ def test_the_shipped_profiles_placeholders_are_refused(tmp_path):
         "warning: profile entry set-resources "
         "estimate_image:slurm_account=SET-your-account",
     ]
-    run = subprocess.run(
-        slurm_command(work, profile), env=env, capture_output=True, text=True
-    )
-    assert run.returncode == 1
+    first = last_job_id()
+    result = run(slurm_command(work, profile))
+    assert result.returncode == 1
     assert (
-        run.stderr.strip()
+        result.stderr.strip()
         .splitlines()[-1]
         .startswith(
             "config error: profile entry set-resources estimate_image:slurm_partition="
             "SET-your-gpu-partition is the profile's placeholder"
         )
     )
-    assert jobs(env) == []
+    assert jobs_since(first, work) == []
+
+
+def compute_records(path: Path) -> list[str]:
+    """The per-image files the stand-in estimator computed (one line per compute)."""
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [e["out"] for e in lines if e["what"] == "compute" and e.get("end")]
+
+
+def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
+    slurm_cluster, tiny_run, tmp_path
+):
+    """
+    One shard of 4 images (the stand-in estimator: 30 s each) whose time limit is
+    cut to 1 minute once 2 images are done: SLURM ends it (TIMEOUT), Snakemake
+    removes the outputs of the whole failed group, and its retry (the profile's
+    `retries: 1`) takes the finished images back and computes only the others.
+    """
+    work = workdir_with_assets(tiny_run, tmp_path / "work")
+    profile = user_profile(tmp_path / "profile")
+    records = tmp_path / "records.jsonl"
+    env = {STANDIN_ENV: "30", RECORD_ENV: str(records)}
+    first = last_job_id()
+    cmd = slurm_command(work, profile, "--jobs", "1", "--until", "estimate_image")
+    cmd += ["--config", "n_images=1", "noise_ceiling_images=0"]
+    proc = subprocess.Popen(
+        cmd,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while len(compute_records(records)) < 2 and time.time() < deadline:
+        time.sleep(1)
+    finished = compute_records(records)
+    assert len(finished) >= 2, proc.poll()
+    shard = jobs_since(first, work)
+    assert len(shard) == 1 and shard[0]["State"] == "RUNNING", shard
+    subprocess.run(
+        ["scontrol", "update", f"JobId={shard[0]['JobIDRaw']}", "TimeLimit=1"],
+        check=True,
+    )
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output[-5000:]
+    jobs = jobs_since(first, work)
+    assert [j["State"] for j in jobs] == ["TIMEOUT", "COMPLETED"], jobs
+    # what the issue saw: Snakemake removed every output of the failed shard
+    assert "Removing output files of failed job" in output
+    cut = compute_records(records)[: len(finished)]
+    # every image computed once: the retry took the finished ones back
+    done = sorted(compute_records(records))
+    files = sorted(str(f) for f in work.glob("runs/per_image/*/*/img*.pt"))
+    assert done == files and len(files) == 4, (done, files)
+    assert set(cut) <= set(files)

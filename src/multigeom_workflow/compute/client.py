@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from .gpus import compute_lock, hold_cpu, hold_gpu
+from .kept import keep_finished, take_kept
 from .request import EstimateRequest, RunSettings
 from .standin import estimate_standin, record, standin_seconds
 
@@ -118,6 +119,13 @@ def main(argv=None) -> None:
     start = time.time()
     request, threads = parse_args(argv)
     run = RunSettings.from_env()
+    # in a SLURM allocation: an image another allocation of the run finished before
+    # it ended early comes back (`multigeom_workflow.compute.kept`)
+    kept = take_kept(request.out)
+    if kept is not None:
+        print(f"{request.out}: taken back from {kept} (finished there)", flush=True)
+        record(what="job", out=request.out, start=start, end=time.time())
+        return
     with _hold(run) as slot:
         print(f"holding {slot.kind} {slot.slot_id} ({slot.device})", flush=True)
         if run.warm:
@@ -134,6 +142,7 @@ def main(argv=None) -> None:
             compute_cold(
                 request, slot.kind, slot.slot_id, slot.device, threads, run.run_id
             )
+    keep_finished(request.out)  # in a SLURM allocation: kept if it ends early
     record(what="job", out=request.out, start=start, end=time.time())
 
 
