@@ -16,8 +16,10 @@ try:
     from multigeom_workflow.planning.plan import pending_images
     from multigeom_workflow.planning.shards import SHARD_GROUP, num_shards, shard_groups
     from multigeom_workflow.planning.slurm import (
+        plan_for_run,
         restore_ended_allocations,
         status_query_problem,
+        submission_problem,
     )
 except ImportError as err:
     raise WorkflowError(
@@ -90,7 +92,8 @@ def export_run_settings():
             run_id=str(os.getpid()),
             device=SCENARIO.device,
             gpu_ids=visible_gpu_ids() if SCENARIO.uses_gpu else [],
-            cpu_slots=int(workflow.resource_settings.cores or 1),
+            # in an allocation: one share, one warm worker (compute/gpus.py)
+            cpu_slots=1 if slurm_job else int(workflow.resource_settings.cores or 1),
             warm=SCENARIO.warm_workers,
             settings_files={
                 key: str(resolve_settings_file(str(config[key]), key, workflow.basedir))
@@ -103,8 +106,9 @@ def export_run_settings():
         MULTIGEOM_SLURM_JOB_ID=slurm_job,
     )
     if slurm_job:
-        from multigeom_workflow.compute.gpus import lock_dir
+        from multigeom_workflow.compute.gpus import clean_ended_allocations, lock_dir
 
+        clean_ended_allocations(slurm_job)  # what ended allocations left
         os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{slurm_job}"))
 
 
@@ -133,8 +137,21 @@ def register_shard_groups(shards):
 # where Snakemake submits them: remote executors, which require --jobs (and the jobs
 # they run remotely). Local runs ignore groups, and a dry run plans faster without them.
 SHARDED = workflow.resource_settings.nodes is not None or not workflow.is_main_process
+# A run for SLURM (profiles/slurm asks SLURM resources of the per-image jobs): shards
+# whose time limits fit the cluster's cap, more of them where needed (docs/slurm.md).
+try:
+    SLURM_PLAN = plan_for_run(
+        SCENARIO, workflow.resource_settings, config["shards"], workflow.remote_exec
+    )
+except ConfigError as err:
+    sys.exit(f"config error: {err}")
+if SLURM_PLAN and not workflow.output_settings.dryrun:
+    for _line in SLURM_PLAN.over_cap():  # a dry run lists them with its plan
+        print(f"warning: {_line}", file=sys.stderr)
 SHARDS = (
-    shard_groups(
+    SLURM_PLAN.groups()
+    if SLURM_PLAN
+    else shard_groups(
         pending_images(SCENARIO),
         num_shards(config["shards"], workflow.resource_settings.nodes),
     )
@@ -350,9 +367,6 @@ from multigeom_workflow.planning.plan import (
     estimate_lines,
     progress,
     run_estimates,
-    slurm_estimate,
-    slurm_lines,
-    slurm_runtime_minutes,
 )
 
 
@@ -370,30 +384,19 @@ def _estimates(done):
     return run_estimates(SCENARIO, done, settings.cores, settings.nodes, resources)
 
 
-# A run for SLURM (profiles/slurm asks SLURM resources of the per-image jobs): the
-# dry run adds GPU-hours per shard, and a per-image job's `runtime` (minutes; a shard's
-# time limit is their sum) follows the seconds per image of the estimate. Elsewhere,
-# and inside an allocation, `runtime` is not used: no per-image file is read for it.
-SLURM_RUN = any(
-    name.startswith("slurm_")
-    for resources in (
-        workflow.resource_settings.overwrite_resources.get("estimate_image", {}),
-        workflow.resource_settings.default_resources or {},
-    )
-    for name in resources
-) and not workflow.remote_exec
-_slurm = (
-    slurm_estimate(
-        SCENARIO,
-        read_timings(SCENARIO.per_image_files(), engine=SCENARIO.engine),
-        workflow.resource_settings.nodes,
-    )
-    if SLURM_RUN
-    else None
-)
-ESTIMATE_RUNTIME_MIN = (
-    slurm_runtime_minutes(_slurm[1]) if _slurm and _slurm[0] else None
-)
+# On SLURM, a per-image job's `runtime` (minutes) is its share of its shard's time
+# limit (`SlurmPlan.runtimes`: Snakemake sums a group's runtimes into the allocation's
+# --time). Elsewhere, and inside an allocation, `runtime` is not used.
+_RUNTIMES = SLURM_PLAN.runtimes() if SLURM_PLAN else {}
+
+
+def get_runtime(wildcards):
+    """A per-image job's share of its shard's time limit (minutes), on SLURM."""
+    key = ((wildcards.encoder, wildcards.area), int(wildcards.index))
+    return _RUNTIMES.get(key, SLURM_PLAN.single_minutes())
+
+
+ESTIMATE_RUNTIME_MIN = get_runtime if SLURM_PLAN and SLURM_PLAN.shards else None
 
 if not workflow.output_settings.dryrun and not workflow.remote_exec:
     # the per-image files of the run, for the live view (--logger multigeom)
@@ -434,8 +437,8 @@ if workflow.output_settings.dryrun:
     _done, _ceiling = progress(SCENARIO), ceiling_progress(SCENARIO)
     _left = add_progress(_done, _ceiling)
     _lines = estimate_lines(SCENARIO, _done, _ceiling, *_estimates(_left))
-    if _slurm:
-        _lines += slurm_lines(*_slurm)
+    if SLURM_PLAN:
+        _lines += SLURM_PLAN.lines()
     print("\n".join(_lines), file=sys.stderr)
 
 
@@ -459,6 +462,13 @@ def check_before_first_job():
         problem = status_query_problem(_status)
         if problem:
             sys.exit(f"config error: {problem}")
+        if SLURM_PLAN and SLURM_PLAN.limits:  # sbatch's own words if it refuses
+            problem = submission_problem(
+                workflow.resource_settings.overwrite_resources.get("estimate_image"),
+                max(SLURM_PLAN.limits),
+            )
+            if problem:
+                sys.exit(f"config error: {problem}")
     if name != "modal":
         for problem in SCENARIO.blockers:
             sys.exit(f"config error: {problem}")

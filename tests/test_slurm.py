@@ -5,11 +5,12 @@ by the `slurm_cluster` fixture when it is not running), driven by the maintained
 ``snakemake-executor-plugin-slurm`` through ``profiles/slurm`` as a user edits it; the
 reduced demo's per-image jobs with ``device: cpu``, 2 shards.
 
-A fake stands in only where this cluster cannot be made to behave as another does
-without restarting its daemons under the other tests: a cluster without job
-accounting (``tests/fake_slurm/sacct`` answers as SLURM's sacct does there). Not
-tested here: preemption, a node failing, several nodes on a shared file system, real
-GPUs (this node's GPUs are fake gres devices).
+No fake SLURM command: a login node without job accounting is this cluster seen
+through a slurm.conf that has none (``SLURM_CONF``: the real sacct answers "Slurm
+accounting storage is disabled"), a time limit reached is the running shard's limit
+lowered with ``scontrol update``. Not tested here: preemption, a node failing,
+several nodes on a shared file system, real GPUs (this node's GPUs are fake gres
+devices, the per-image jobs compute with ``device: cpu``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from multigeom_workflow.compute.standin import RECORD_ENV, STANDIN_ENV
 from multigeom_workflow.planning.plan import slurm_lines, slurm_runtime_minutes
 
 CLUSTER_SCRIPT = REPO / ".ci" / "slurm-cluster.sh"
-FAKE_SACCT = REPO / "tests" / "fake_slurm"
 TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
 #: The cluster's account and partitions (.ci/slurm-cluster.sh).
 ACCOUNT, PARTITION = "local", "gpu"
@@ -399,3 +399,49 @@ def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
     files = sorted(str(f) for f in work.glob("runs/per_image/*/*/img*.pt"))
     assert done == files and len(files) == 4, (done, files)
     assert set(cut) <= set(files)
+
+
+def no_accounting_view(dest: Path) -> dict:
+    """
+    The cluster as a login node without job accounting sees it: its slurm.conf with
+    ``AccountingStorageType=accounting_storage/none`` (``SLURM_CONF``), so that the
+    real ``sacct`` answers "Slurm accounting storage is disabled" while sbatch and
+    squeue still reach the controller.
+    """
+    dest.mkdir()
+    lines = Path("/etc/slurm/slurm.conf").read_text().splitlines()
+    kept = [line for line in lines if not line.startswith("AccountingStorage")]
+    (dest / "slurm.conf").write_text(
+        "\n".join([*kept, "AccountingStorageType=accounting_storage/none", ""])
+    )
+    shutil.copy("/etc/slurm/gres.conf", dest / "gres.conf")
+    return {"SLURM_CONF": str(dest / "slurm.conf")}
+
+
+def test_a_cluster_without_accounting_is_named_before_any_submission(
+    slurm_cluster, tiny_run, tmp_path
+):
+    """
+    Without job accounting the plugin's default status query (sacct) never sees a
+    shard end: the run stops first with one line naming the setting; with it given
+    (`--slurm-status-command squeue`) the run goes through.
+    """
+    env = no_accounting_view(tmp_path / "conf")
+    said = run(["sacct", "-X", "-n"], env=env)
+    assert said.returncode == 1
+    assert "accounting storage is disabled" in said.stdout + said.stderr
+    work = workdir_with_assets(tiny_run, tmp_path / "work")
+    profile = user_profile(tmp_path / "profile")
+    env[STANDIN_ENV] = "1"
+    cmd = slurm_command(work, profile, "--until", "estimate_image")
+    cmd += ["--config", "n_images=1", "noise_ceiling_images=0"]
+    first = last_job_id()
+    refused = run(cmd, env=env)
+    assert refused.returncode == 1
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("config error: ") and "slurm-status-command: squeue" in last
+    assert "accounting storage is disabled" in last
+    assert jobs_since(first, work) == []
+    ran = run([*cmd, "--slurm-status-command", "squeue"], env=env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert len(list(work.glob("runs/per_image/*/*/img0000.pt"))) == 4

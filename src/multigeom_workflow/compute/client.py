@@ -30,7 +30,7 @@ import os
 import time
 from pathlib import Path
 
-from .gpus import compute_lock, hold_cpu, hold_gpu
+from .gpus import allocation_cpus, compute_lock, hold_cpu, hold_gpu
 from .kept import keep_finished, take_kept
 from .request import EstimateRequest, RunSettings
 from .standin import estimate_standin, record, standin_seconds
@@ -119,6 +119,8 @@ def main(argv=None) -> None:
     start = time.time()
     request, threads = parse_args(argv)
     run = RunSettings.from_env()
+    # in a SLURM allocation, one job at a time computes with all the CPUs it was given
+    threads = allocation_cpus() or threads
     # in a SLURM allocation: an image another allocation of the run finished before
     # it ended early comes back (`multigeom_workflow.compute.kept`)
     kept = take_kept(request.out)

@@ -29,6 +29,8 @@ from pathlib import Path
 
 __all__ = [
     "Slot",
+    "allocation_cpus",
+    "clean_ended_allocations",
     "clean_ended_runs",
     "compute_lock",
     "hold_cpu",
@@ -121,6 +123,47 @@ def clean_ended_runs() -> list[Path]:
     for folder in [*lock_dir().glob("run-*"), *short]:
         pid = folder.name.rpartition("run-")[2]
         if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def allocation_cpus() -> int | None:
+    """
+    The CPU cores SLURM gave this allocation on this node (``SLURM_CPUS_ON_NODE``),
+    or None outside an allocation: a shard's warm worker computes with them, not with
+    the node's cores (other allocations share the node).
+    """
+    value = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if not os.environ.get("SLURM_JOB_ID") or not value.isdigit():
+        return None
+    return max(int(value), 1)
+
+
+#: Minutes a SLURM allocation's folder of locks and sockets may stand without a live
+#: run before another allocation on the node removes it.
+ALLOCATION_FOLDER_AGE_MIN = 10.0
+
+
+def clean_ended_allocations(own_job: str) -> list[Path]:
+    """
+    Remove the lock folders (``<lock_dir>/slurm-<jobid>``) of SLURM allocations that
+    ended on this node: none of their runs' Snakemake processes is alive and the
+    folder is older than `ALLOCATION_FOLDER_AGE_MIN` (one just starting is left
+    alone). Called by each new allocation (`own_job`, never removed).
+    """
+    removed = []
+    now = time.time()
+    for folder in lock_dir().glob("slurm-*"):
+        if folder.name == f"slurm-{own_job}" or not folder.is_dir():
+            continue
+        try:
+            age_min = (now - folder.stat().st_mtime) / 60
+        except OSError:
+            continue
+        runs = [r.name.rpartition("run-")[2] for r in folder.glob("run-*")]
+        alive = any(pid.isdigit() and _alive(int(pid)) for pid in runs)
+        if not alive and age_min >= ALLOCATION_FOLDER_AGE_MIN:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
