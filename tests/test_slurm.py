@@ -30,7 +30,14 @@ import torch
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
 
 from multigeom_workflow.compute.standin import RECORD_ENV, STANDIN_ENV
-from multigeom_workflow.planning.plan import slurm_lines, slurm_runtime_minutes
+from multigeom_workflow.planning.slurm import (
+    DEFAULT_CAP_MIN,
+    SlurmPlan,
+    plan_shards,
+    shard_minutes,
+    slurm_plan,
+    slurm_time_minutes,
+)
 
 CLUSTER_SCRIPT = REPO / ".ci" / "slurm-cluster.sh"
 TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
@@ -180,7 +187,7 @@ def test_slurm_profile_runs_the_demo(slurm_run, tiny_run):
 
 
 def test_one_allocation_per_shard_with_one_gpu(slurm_run):
-    work, _, result, submitted, _, _ = slurm_run
+    work, dry, result, submitted, _, _ = slurm_run
     assert result.returncode == 0, result.stderr[-5000:]
     # 12 per-image jobs (8, and the noise ceiling's 4) in --jobs 2 shards of 6
     assert len(submitted) == 2, submitted
@@ -191,6 +198,12 @@ def test_one_allocation_per_shard_with_one_gpu(slurm_run):
         assert tres["gres/gpu"] == "1" and tres["mem"] == "2000M", tres
     shards = sorted(re.search(r"shard-\d+", j["Comment"]).group() for j in submitted)
     assert shards == ["shard-00", "shard-01"]
+    # each allocation's --time is its shard's limit of the dry run
+    limits = re.findall(r"(shard-0\d): .* time limit (\d+) min", dry.stderr)
+    asked = {
+        re.search(r"shard-\d+", j["Comment"]).group(): j["Timelimit"] for j in submitted
+    }
+    assert asked == {s: f"{int(m) // 60:02d}:{int(m) % 60:02d}:00" for s, m in limits}
     # one warm worker per allocation served its images (models loaded once per
     # configuration of the shard), not one per image
     starts = sum(
@@ -205,7 +218,11 @@ def test_dry_run_prints_gpu_hours_per_shard(slurm_run):
     assert dry.returncode == 0, dry.stderr[-3000:]
     text = dry.stderr
     assert "on SLURM (profiles/slurm): 2 allocation(s)" in text
-    shard_lines = re.findall(r"shard-0\d: 6 image\(s\) of 2 configuration\(s\)", text)
+    shard_lines = re.findall(
+        r"shard-0\d: 6 image\(s\) of 2 configuration\(s\), [0-9.e-]+ GPU-hours, "
+        r"time limit (\d+) min",
+        text,
+    )
     assert len(shard_lines) == 2, text
     assert re.search(r"GPU-hours per shard: [0-9.e-]+ \(", text)
     slurm_block = text.split("on SLURM", 1)[1].split("\n\n", 1)[0]
@@ -264,22 +281,93 @@ def test_a_cancelled_run_leaves_nothing_that_looks_finished(
     assert f"per-image computations left: {12 - len(done)}" in dry.stderr
 
 
-def test_runtime_and_gpu_hours_per_shard():
-    # (2 x seconds per image + 15 s of start-up), whole minutes
-    assert slurm_runtime_minutes(15.0) == 1  # 45 s
-    assert slurm_runtime_minutes(30.0) == 2  # 75 s
-    assert slurm_runtime_minutes(885.0) == 30  # 1,785 s
-    shards = [(80, 1, 80 * 15 + 15), (80, 2, 80 * 15 + 30)]
-    lines = slurm_lines(shards, 15.0, "measured")
-    assert lines[1] == (
-        "    GPU-hours per shard: 0.338 to 0.342 (0.679 in all); time limit per "
-        "shard 80 min at most"
-    )
-    assert lines[2:] == [
-        "    shard-00: 80 image(s) of 1 configuration(s), 0.338 GPU-hours",
-        "    shard-01: 80 image(s) of 2 configuration(s), 0.342 GPU-hours",
-    ]
-    assert slurm_lines([], 0.0, "nothing left") == []
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [
+        ("2:00", 2),  # MaxTime=2: minutes:seconds
+        ("30", 30),
+        ("1:30:00", 90),
+        ("1-00:00:00", 1440),
+        ("7-00:00:00", 10080),
+        ("2-12", 3600),
+        ("infinite", None),
+        ("UNLIMITED", None),
+    ],
+)
+def test_slurm_times_read_as_sinfo_prints_them(text, minutes):
+    assert slurm_time_minutes(text) == minutes
+
+
+def test_a_shards_time_limit_has_a_margin_a_loaded_node_survives():
+    # 3 x (images x seconds + 15 s per configuration) + 120 s, whole minutes
+    assert shard_minutes(80, 1, 15.0) == 63  # 3 x 1,215 s + 120 s = 3,765 s
+    assert shard_minutes(80, 2, 30.0) == 124  # 3 x 2,430 s + 120 s = 7,410 s
+    assert shard_minutes(1, 1, 0.5) == 3  # 3 x 15.5 s + 120 s = 166.5 s
+    # the issue's loaded machine: estimated 15 s, one image took 60 s; 4 images
+    assert shard_minutes(4, 1, 15.0) * 60 >= 4 * 60 + 15
+
+
+def test_the_cap_splits_the_work_into_more_shards():
+    pending = [((c, "V1"), i) for c in ("a", "b") for i in range(1000)]
+    jobs = [1] * len(pending)
+    shards, per_shard, limits = plan_shards(pending, jobs, 2, 60.0, cap=600)
+    # 1,000 images of 60 s are 3,000 min with the margin: each within 600 min
+    assert max(limits) <= 600 and len(shards) > 2
+    assert [x for shard in shards for x in shard] == pending
+    assert len(plan_shards(pending, jobs, 2, 60.0, cap=10**6)[0]) == 2
+    plan = SlurmPlan(shards, per_shard, limits, 60.0, "test", 600, "test", 2)
+    runtimes = plan.runtimes()
+    for shard, limit in zip(shards, limits, strict=True):
+        # the jobs' runtimes add up to the shard's limit (Snakemake sums them)
+        assert 0 <= sum(runtimes[item] for item in shard) - limit <= 1
+    assert plan.over_cap() == []
+    assert any("instead of 2, so that each fits the cap" in x for x in plan.lines())
+    one = SlurmPlan([[pending[0]]], [[1]], [700], 60.0, "test", 600, "cap", 1)
+    assert one.over_cap()[0].startswith("shard-00 asks 700 min, above the cap of 600")
+
+
+def test_the_paper_at_10000_images_asks_no_allocation_above_the_cap(
+    tmp_path, monkeypatch
+):
+    """
+    config/paper.yaml with n_images=10000 for 10 allocations at once: 40,000 images
+    at the default 15 s would be 66.7 h per shard; no shard asks more than the cap
+    (24 h by default, the profile's shard_max_minutes). The same plan as
+    `snakemake -n --profile slurm --configfile config/paper.yaml --config
+    n_images=10000` prints (that dry run plans 80,000 jobs: minutes here).
+    """
+    import yaml
+
+    from multigeom_workflow.scenario import validated_scenario
+
+    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    config["n_images"] = 10000
+    monkeypatch.chdir(tmp_path)  # no per-image file there: all 40,000 are left
+    scenario = validated_scenario(config, REPO)
+    default = slurm_plan(scenario, [], wanted=10, partition="none-such")
+    assert default.cap == DEFAULT_CAP_MIN == 1440
+    assert len(default.shards) > 10 and max(default.limits) <= 1440
+    assert sum(map(sum, default.jobs)) == 4 * 10000 + 4 * 2  # and the ceiling's
+    capped = slurm_plan(scenario, [], wanted=10, profile_cap=480)
+    assert max(capped.limits) <= 480 and len(capped.shards) > len(default.shards)
+
+
+def test_a_refused_submission_is_shown_in_sbatchs_words(
+    slurm_cluster, tiny_run, tmp_path
+):
+    """A request the node cannot meet (3 CPUs per GPU of 2): sbatch's reason."""
+    work = workdir_with_assets(tiny_run, tmp_path / "work")
+    profile = user_profile(tmp_path / "profile", cpus_per_gpu="3")
+    cmd = slurm_command(work, profile, "--until", "estimate_image")
+    cmd += ["--config", "n_images=1", "noise_ceiling_images=0"]
+    first = last_job_id()
+    result = run(cmd, env={STANDIN_ENV: "1"})
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("config error: SLURM refuses the shards' allocation")
+    assert "Requested node configuration is not available" in last
+    assert "--cpus-per-gpu=3" in last
+    assert jobs_since(first, work) == []
 
 
 def test_the_noise_ceiling_jobs_ask_what_estimate_image_asks(tmp_path):
