@@ -106,10 +106,9 @@ def export_run_settings():
         MULTIGEOM_SLURM_JOB_ID=slurm_job,
     )
     if slurm_job:
-        from multigeom_workflow.compute.gpus import clean_ended_allocations, lock_dir
+        from multigeom_workflow.compute.gpus import allocation_lock_dir
 
-        clean_ended_allocations(slurm_job)  # what ended allocations left
-        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{slurm_job}"))
+        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(allocation_lock_dir(slurm_job)))
 
 
 export_run_settings()

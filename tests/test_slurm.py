@@ -29,6 +29,13 @@ import pytest
 import torch
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
 
+from multigeom_workflow.compute.gpus import lock_dir
+from multigeom_workflow.compute.kept import (
+    drop_kept,
+    keep_finished,
+    restore_after_ended_allocations,
+    take_kept,
+)
 from multigeom_workflow.compute.standin import RECORD_ENV, STANDIN_ENV
 from multigeom_workflow.planning.slurm import (
     DEFAULT_CAP_MIN,
@@ -211,6 +218,9 @@ def test_one_allocation_per_shard_with_one_gpu(slurm_run):
         for f in (work / "logs" / "workers").glob("*.log")
     )
     assert starts == 2, starts
+    # each allocation's lock folder went with it
+    for job in submitted:
+        assert not (lock_dir() / f"slurm-{job['JobIDRaw']}").exists()
 
 
 def test_dry_run_prints_gpu_hours_per_shard(slurm_run):
@@ -441,14 +451,17 @@ def compute_records(path: Path) -> list[str]:
     return [e["out"] for e in lines if e["what"] == "compute" and e.get("end")]
 
 
+@pytest.mark.parametrize("retries", [1, 0])
 def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
-    slurm_cluster, tiny_run, tmp_path
+    slurm_cluster, tiny_run, tmp_path, retries
 ):
     """
     One shard of 4 images (the stand-in estimator: 30 s each) whose time limit is
-    cut to 1 minute once 2 images are done: SLURM ends it (TIMEOUT), Snakemake
-    removes the outputs of the whole failed group, and its retry (the profile's
-    `retries: 1`) takes the finished images back and computes only the others.
+    cut to 1 minute once 2 images are done: SLURM ends it (TIMEOUT) and Snakemake
+    removes the outputs of the whole failed group (what the issue saw). Snakemake's
+    retry (the profile's `retries: 1`) takes the finished images back and computes
+    only the others; without a retry, the next run puts them back before it plans and
+    computes only the others.
     """
     work = workdir_with_assets(tiny_run, tmp_path / "work")
     profile = user_profile(tmp_path / "profile")
@@ -457,6 +470,7 @@ def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
     first = last_job_id()
     cmd = slurm_command(work, profile, "--jobs", "1", "--until", "estimate_image")
     cmd += ["--config", "n_images=1", "noise_ceiling_images=0"]
+    cmd += ["--retries", str(retries)]
     proc = subprocess.Popen(
         cmd,
         env={**os.environ, **env},
@@ -476,17 +490,27 @@ def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
         check=True,
     )
     output, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, output[-5000:]
-    jobs = jobs_since(first, work)
-    assert [j["State"] for j in jobs] == ["TIMEOUT", "COMPLETED"], jobs
-    # what the issue saw: Snakemake removed every output of the failed shard
     assert "Removing output files of failed job" in output
-    cut = compute_records(records)[: len(finished)]
-    # every image computed once: the retry took the finished ones back
-    done = sorted(compute_records(records))
+    jobs = jobs_since(first, work)
+    assert jobs[0]["State"] == "TIMEOUT", jobs
+    before_cut = set(compute_records(records))
+    if retries:
+        assert proc.returncode == 0, output[-5000:]
+        assert [j["State"] for j in jobs] == ["TIMEOUT", "COMPLETED"], jobs
+    else:
+        assert proc.returncode != 0, output[-5000:]
+        dry = run([*cmd, "-n"])
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert f"restored {len(before_cut)} per-image file(s)" in dry.stderr
+        assert f"({jobs[0]['JobIDRaw']} TIMEOUT)" in dry.stderr
+        assert f"per-image computations left: {4 - len(before_cut)}" in dry.stderr
+        again = run(cmd, env=env)
+        assert again.returncode == 0, again.stderr[-5000:]
+    # every image computed once: the finished ones were not computed again
+    done = compute_records(records)
     files = sorted(str(f) for f in work.glob("runs/per_image/*/*/img*.pt"))
-    assert done == files and len(files) == 4, (done, files)
-    assert set(cut) <= set(files)
+    assert sorted(done) == files and len(files) == 4, (done, files)
+    assert set(finished) <= before_cut <= set(files)
 
 
 def no_accounting_view(dest: Path) -> dict:
@@ -533,3 +557,45 @@ def test_a_cluster_without_accounting_is_named_before_any_submission(
     ran = run([*cmd, "--slurm-status-command", "squeue"], env=env)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert len(list(work.glob("runs/per_image/*/*/img0000.pt"))) == 4
+
+
+def test_kept_files_come_back_only_from_allocations_that_did_not_complete(tmp_path):
+    folder = tmp_path / "runs" / "per_image" / "onoff" / "V1"
+    folder.mkdir(parents=True)
+    jobs = {"11": "TIMEOUT", "12": "COMPLETED", "13": "RUNNING", "14": None}
+    for i, job in enumerate(jobs):
+        out = folder / f"img{i:04d}.pt"
+        out.write_bytes(bytes([i]) * 10)
+        kept = keep_finished(out, job)
+        assert kept.samefile(out) and kept.parent.name == f".kept-slurm-{job}"
+        out.unlink()  # Snakemake removed the outputs of the failed group
+    assert keep_finished(folder / "img0000.pt", None) is None  # not in SLURM
+
+    def states(ids):  # as slurm_job_states answers: job 14 is unknown to SLURM
+        assert set(ids) == set(jobs)
+        return {j: s for j, s in jobs.items() if s}
+
+    restored, ended = restore_after_ended_allocations([folder], states)
+    # TIMEOUT and unknown: put back; COMPLETED: dropped (removed on purpose since)
+    assert restored == [folder / "img0000.pt", folder / "img0003.pt"]
+    assert ended == ["11 TIMEOUT", "14 UNKNOWN"]
+    assert (folder / "img0000.pt").read_bytes() == bytes([0]) * 10
+    assert not (folder / "img0001.pt").exists()
+    left = sorted(d.name for d in folder.glob(".kept-slurm-*"))
+    assert left == [".kept-slurm-13"]  # still running: left alone
+
+
+def test_a_retry_takes_back_what_another_allocation_finished(tmp_path):
+    out = tmp_path / "img0007.pt"
+    out.write_bytes(b"finished")
+    keep_finished(out, "21")
+    out.unlink()
+    assert take_kept(out, "21") is None  # its own allocation's: not a retry
+    assert take_kept(out, None) is None  # outside SLURM
+    assert take_kept(out, "22") == tmp_path / ".kept-slurm-21" / "img0007.pt"
+    assert out.read_bytes() == b"finished"
+    assert take_kept(out, "22") is None  # there already
+    # cleared on purpose (multigeom-workflow clear): no kept name is left to return
+    assert drop_kept(out) == [tmp_path / ".kept-slurm-21" / "img0007.pt"]
+    out.unlink()
+    assert take_kept(out, "22") is None

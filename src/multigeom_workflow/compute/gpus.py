@@ -30,6 +30,7 @@ from pathlib import Path
 __all__ = [
     "Slot",
     "allocation_cpus",
+    "allocation_lock_dir",
     "clean_ended_allocations",
     "clean_ended_runs",
     "compute_lock",
@@ -167,6 +168,22 @@ def clean_ended_allocations(own_job: str) -> list[Path]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
+
+
+def allocation_lock_dir(job_id: str) -> Path:
+    """
+    The folder of one SLURM allocation's slot locks and sockets,
+    ``<lock_dir>/slurm-<jobid>`` (SLURM numbers every allocation's GPUs from 0, and
+    allocations may share a node), removed when this process (the allocation's
+    first Snakemake) exits; one left by an allocation killed first goes with the
+    next allocation on the node (`clean_ended_allocations`).
+    """
+    import atexit
+
+    clean_ended_allocations(job_id)
+    folder = lock_dir() / f"slurm-{job_id}"
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 @contextlib.contextmanager

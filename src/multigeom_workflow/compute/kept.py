@@ -36,6 +36,7 @@ from pathlib import Path
 
 __all__ = [
     "KEPT_PREFIX",
+    "drop_kept",
     "keep_finished",
     "restore_after_ended_allocations",
     "slurm_job_states",
@@ -120,6 +121,18 @@ def take_kept(out: str | Path, job_id: str | None = None) -> Path | None:
         os.utime(out)
         return kept
     return None
+
+
+def drop_kept(out: str | Path) -> list[Path]:
+    """
+    Remove the kept names of a per-image file (every allocation's), so that a file
+    cleared on purpose is not put back; returns them.
+    """
+    out = Path(out)
+    dropped = sorted(out.parent.glob(f"{KEPT_PREFIX}*/{out.name}"))
+    for kept in dropped:
+        kept.unlink(missing_ok=True)
+    return dropped
 
 
 def slurm_job_states(job_ids: Iterable[str]) -> dict[str, str]:

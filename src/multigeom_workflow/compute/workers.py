@@ -312,21 +312,6 @@ def serve(path: Path, spec: dict, idle_s: float = IDLE_S) -> None:
         path.unlink(missing_ok=True)
         why = "the run ended" if not _alive(watch_pid) else f"idle {idle_s:g} s"
         print(f"worker ends: {why}", flush=True)
-        if not _alive(watch_pid):
-            _remove_allocation_folder()
-
-
-def _remove_allocation_folder() -> None:
-    """
-    In a SLURM allocation whose Snakemake has ended (the shard is done), remove the
-    allocation's folder of locks and sockets (``<lock_dir>/slurm-<jobid>``: no job of
-    it is left); an allocation killed first leaves it to the next one on the node
-    (`multigeom_workflow.compute.gpus.clean_ended_allocations`).
-    """
-    job = os.environ.get("SLURM_JOB_ID")
-    folder = os.environ.get("MULTIGEOM_GPU_LOCK_DIR")
-    if job and folder and Path(folder).name == f"slurm-{job}":
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def clean_after_killed_runs(per_image_dirs) -> list[Path]:
