@@ -277,16 +277,17 @@ def test_a_cancelled_run_leaves_nothing_that_looks_finished(
             break
         time.sleep(1)
     assert all(s.startswith("CANCELLED by") for s in states), (states, output[-3000:])
-    # no per-image file is partial: each one there is the local run's result
+    assert not (work / "runs" / "metrics" / "cross_encoder_metrics.json").exists()
+    # what is left is planned again (nothing half-done is taken as finished; what
+    # the cancelled shards finished is there, or put back by the next run)
+    dry = run(slurm_command(work, profile, "-n"))
     done = [
         f.relative_to(work)
         for folder in ("per_image", "per_image_ceiling")
         for f in (work / "runs" / folder).glob("*/*/img*.pt")
     ]
+    # no per-image file is partial: each one there is the local run's result
     assert_equal_to_local(work, tiny_run, done)
-    assert not (work / "runs" / "metrics" / "cross_encoder_metrics.json").exists()
-    # what is left is planned again (nothing half-done is taken as finished)
-    dry = run(slurm_command(work, profile, "-n"))
     # 4 configurations x 2 images, and the noise ceiling's 4 second estimates
     assert f"per-image computations left: {12 - len(done)}" in dry.stderr
 
