@@ -457,7 +457,7 @@ def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
     slurm_cluster, tiny_run, tmp_path, retries
 ):
     """
-    One shard of 4 images (the stand-in estimator: 30 s each) whose time limit is
+    One shard of 4 images (the stand-in estimator: 25 s each) whose time limit is
     cut to 1 minute once 2 images are done: SLURM ends it (TIMEOUT) and Snakemake
     removes the outputs of the whole failed group (what the issue saw). Snakemake's
     retry (the profile's `retries: 1`) takes the finished images back and computes
@@ -467,7 +467,9 @@ def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
     work = workdir_with_assets(tiny_run, tmp_path / "work")
     profile = user_profile(tmp_path / "profile")
     records = tmp_path / "records.jsonl"
-    env = {STANDIN_ENV: "30", RECORD_ENV: str(records)}
+    # 25 s: SLURM ends a job within 30 s of its limit (1 minute at least), before
+    # the 4th image is done; the 2 finished first are there by then
+    env = {STANDIN_ENV: "25", RECORD_ENV: str(records)}
     first = last_job_id()
     cmd = slurm_command(work, profile, "--jobs", "1", "--until", "estimate_image")
     cmd += ["--config", "n_images=1", "noise_ceiling_images=0"]
@@ -505,7 +507,7 @@ def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
         assert f"restored {len(before_cut)} per-image file(s)" in dry.stderr
         assert f"({jobs[0]['JobIDRaw']} TIMEOUT)" in dry.stderr
         assert f"per-image computations left: {4 - len(before_cut)}" in dry.stderr
-        again = run(cmd, env=env)
+        again = run(cmd, env={**env, STANDIN_ENV: "1"})
         assert again.returncode == 0, again.stderr[-5000:]
     # every image computed once: the finished ones were not computed again
     done = compute_records(records)
