@@ -104,6 +104,9 @@ def export_run_settings():
             precision=SCENARIO.precision,
         ).to_env(),
         MULTIGEOM_SLURM_JOB_ID=slurm_job,
+        # a shard submitted by this workflow (not a local run inside an allocation):
+        # its finished files are kept if it ends early (compute/kept.py)
+        MULTIGEOM_SLURM_SHARD=slurm_job if workflow.remote_exec else "",
     )
     if slurm_job:
         from multigeom_workflow.compute.gpus import allocation_lock_dir

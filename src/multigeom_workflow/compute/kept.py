@@ -58,8 +58,14 @@ ACTIVE_STATES = {
 }
 
 
+#: Set by the workflow (rules/common.smk) to the allocation's job id in a shard it
+#: submitted; a local run inside an interactive allocation keeps nothing.
+SHARD_ENV = "MULTIGEOM_SLURM_SHARD"
+
+
 def _job_id() -> str | None:
-    return os.environ.get("SLURM_JOB_ID") or None
+    job = os.environ.get("SLURM_JOB_ID")
+    return job if job and os.environ.get(SHARD_ENV) == job else None
 
 
 def keep_finished(out: str | Path, job_id: str | None = None) -> Path | None:
@@ -71,8 +77,8 @@ def keep_finished(out: str | Path, job_id: str | None = None) -> Path | None:
     out : str or Path
         The per-image file, complete.
     job_id : str, optional
-        The allocation (default ``$SLURM_JOB_ID``); outside an allocation nothing is
-        done.
+        The allocation (default ``$SLURM_JOB_ID`` in a shard the workflow submitted,
+        `SHARD_ENV`); elsewhere nothing is done.
 
     Returns
     -------
@@ -100,8 +106,7 @@ def take_kept(out: str | Path, job_id: str | None = None) -> Path | None:
     out : str or Path
         The per-image file the job is to write (missing).
     job_id : str, optional
-        This allocation (default ``$SLURM_JOB_ID``); outside an allocation nothing is
-        done.
+        This allocation (default as for `keep_finished`); elsewhere nothing is done.
 
     Returns
     -------
