@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from .compute.kept import drop_kept
 from .on_modal import check as modal_check
 from .on_modal.volume import (
     default_prefix,
@@ -248,6 +249,9 @@ def cmd_clear(scenario: Scenario, args) -> int:
         print(f)
         if not args.list:
             f.unlink()
+    if not args.list:  # nor put back by the next run (compute/kept.py)
+        for f in all_files:
+            drop_kept(f)
     verb = "would delete" if args.list else "deleted"
     print(f"{verb} {len(files)} per-image file(s)", file=sys.stderr)
     if args.modal_volume:

@@ -25,23 +25,23 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .compute.gpus import lock_dir
+from .compute.gpus import allocation_lock_dir
 from .compute.request import RunSettings
 from .compute.workers import clean_after_killed_runs
 from .inputs.images import resize_notice
 from .on_modal.preflight import before_modal_run
 from .planning.content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
-from .planning.cost import budget_problem, read_timings
+from .planning.cost import budget_problem
 from .planning.live_view import set_plan
-from .planning.plan import (
-    estimate_lines,
-    run_estimates,
-    slurm_estimate,
-    slurm_lines,
-    slurm_runtime_minutes,
-    slurm_seconds_per_image,
-)
+from .planning.plan import estimate_lines, run_estimates
 from .planning.shards import SHARD_GROUP, num_shards, shard_groups
+from .planning.slurm import (
+    SlurmPlan,
+    plan_for_run,
+    restore_ended_allocations,
+    status_query_problem,
+    submission_problem,
+)
 from .results.verify import (
     bad_per_image_files,
     changed_since_checked,
@@ -97,18 +97,35 @@ class Run:
         The per-image jobs are grouped into shards (a remote executor).
     n_shards : int
         The number of shards (`num_shards`); 0 when not sharded.
-    runtime_min : int or None
-        A per-image job's SLURM time limit in minutes (None elsewhere).
-    slurm : tuple or None
-        The SLURM estimate (`slurm_estimate`) of a run for SLURM.
+    slurm : SlurmPlan or None
+        The shards and time limits of a run for SLURM
+        (`multigeom_workflow.planning.slurm`), None for any other run.
+    shards_setting : int or str
+        The config key ``shards``.
     """
 
     scenario: Scenario
     shards: dict = field(default_factory=dict)
     sharded: bool = False
     n_shards: int = 0
-    runtime_min: int | None = None
-    slurm_run: bool = False
+    slurm: SlurmPlan | None = None
+    shards_setting: int | str = "auto"
+
+    def runtime_of(self, wildcards) -> int:
+        """
+        A per-image job's `runtime` (minutes) on SLURM: its share of its shard's time
+        limit (`SlurmPlan.runtimes`: Snakemake sums a group's runtimes into the
+        allocation's --time); a job outside the planned shards, one image's limit.
+        """
+        key = ((wildcards.encoder, wildcards.area), int(wildcards.index))
+        runtimes = self._runtimes
+        return runtimes.get(key, self.slurm.single_minutes())
+
+    @property
+    def _runtimes(self) -> dict:
+        if not hasattr(self, "_runtimes_cache"):
+            self._runtimes_cache = self.slurm.runtimes() if self.slurm else {}
+        return self._runtimes_cache
 
     def shard_of(self, encoder: str, area: str, index: int) -> str:
         """
@@ -209,6 +226,9 @@ def _repair_before_planning(scenario: Scenario) -> None:
     every per-image file changed behind the check's back (`changed_since_checked`)
     checked now; a bad one is named and set aside, so that this run recomputes it.
     """
+    restored = restore_ended_allocations(scenario)  # SLURM shards cut short
+    if restored:
+        _say(restored)
     for line in record_contents(scenario).lines():
         _say(line)
     checked = f"{scenario.runs_dir}/metrics/per_image_checked.tsv"
@@ -241,7 +261,8 @@ def _export_run_settings(workflow, config: dict, scenario: Scenario) -> None:
             run_id=str(os.getpid()),
             device=scenario.device,
             gpu_ids=list(scenario.gpu_ids),
-            cpu_slots=int(workflow.resource_settings.cores or 1),
+            # in an allocation: one share, one warm worker (compute/gpus.py)
+            cpu_slots=1 if slurm_job else int(workflow.resource_settings.cores or 1),
             warm=scenario.warm_workers,
             settings_files={
                 key: str(resolve_settings_file(str(config[key]), key, workflow.basedir))
@@ -251,22 +272,12 @@ def _export_run_settings(workflow, config: dict, scenario: Scenario) -> None:
             precision=scenario.precision,
         ).to_env(),
         MULTIGEOM_SLURM_JOB_ID=slurm_job,
+        # a shard submitted by this workflow (not a local run inside an allocation):
+        # its finished files are kept if it ends early (compute/kept.py)
+        MULTIGEOM_SLURM_SHARD=slurm_job if workflow.remote_exec else "",
     )
     if slurm_job:
-        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(lock_dir() / f"slurm-{slurm_job}"))
-
-
-def _is_slurm_run(workflow) -> bool:
-    """A run for SLURM: profiles/slurm asks SLURM resources of the per-image jobs."""
-    settings = workflow.resource_settings
-    return not workflow.remote_exec and any(
-        name.startswith("slurm_")
-        for resources in (
-            settings.overwrite_resources.get("estimate_image", {}),
-            settings.default_resources or {},
-        )
-        for name in resources
-    )
+        os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(allocation_lock_dir(slurm_job)))
 
 
 def _pending_at_parse(scenario: Scenario) -> list[tuple[tuple[str, str], int]]:
@@ -323,7 +334,7 @@ def start(workflow, config: dict) -> Run:
         _repair_before_planning(scenario)
     _export_run_settings(workflow, config, scenario)
 
-    run = Run(scenario=scenario)
+    run = Run(scenario=scenario, shards_setting=config["shards"])
     # Groups matter only where Snakemake submits them: remote executors, which
     # require --jobs (and the jobs they run remotely). Local runs ignore groups, and
     # a dry run submits nothing (its estimate makes the shards of the plan itself):
@@ -331,21 +342,26 @@ def start(workflow, config: dict) -> Run:
     run.sharded = not main or (
         workflow.resource_settings.nodes is not None and not dryrun
     )
+    # A run for SLURM (profiles/slurm asks SLURM resources of the per-image jobs):
+    # shards whose time limits fit the cluster's cap, more of them where needed
+    # (docs/slurm.md); planned on the login node only.
+    try:
+        run.slurm = plan_for_run(
+            scenario, workflow.resource_settings, config["shards"], not main
+        )
+    except ConfigError as err:
+        sys.exit(f"config error: {err}")
+    if run.slurm and not dryrun:
+        for line in run.slurm.over_cap():  # a dry run lists them with its plan
+            _say(f"warning: {line}")
     if run.sharded:
         run.n_shards = num_shards(config["shards"], workflow.resource_settings.nodes)
-        run.shards = shard_groups(_pending_at_parse(scenario), run.n_shards)
+        if run.slurm:
+            run.shards = run.slurm.groups()
+            run.n_shards = max(len(run.slurm.shards), 1)
+        else:
+            run.shards = shard_groups(_pending_at_parse(scenario), run.n_shards)
         register_groups(workflow, run)
-    run.slurm_run = _is_slurm_run(workflow)
-    if run.slurm_run:
-        spi, _ = slurm_seconds_per_image(
-            scenario,
-            read_timings(
-                scenario.per_image_files(),
-                engine=scenario.engine,
-                precision=scenario.precision,
-            ),
-        )
-        run.runtime_min = slurm_runtime_minutes(spi)
     if dryrun:
         for line in profile_placeholders(workflow):
             _say(f"warning: {line}")
@@ -423,7 +439,7 @@ def estimate_resources(run: Run) -> dict:
     s = run.scenario
     return {
         "gpu": 1 if s.uses_gpu else 0,
-        "runtime": run.runtime_min,
+        "runtime": run.runtime_of if run.slurm and run.slurm.shards else None,
         "modal_gpu": s.modal["gpu"],
         "modal_max_cost_usd": str(float(s.modal["max_cost_usd"])),
     }
@@ -543,17 +559,18 @@ def estimate_text(workflow, run: Run, planned) -> list[str]:
         workflow, run, planned
     )
     lines = estimate_lines(run.scenario, done, ceiling, local, modal, why)
-    if run.slurm_run:
-        timings = read_timings(
-            run.scenario.per_image_files(),
-            engine=run.scenario.engine,
-            precision=run.scenario.precision,
+    if run.slurm:  # the shards of Snakemake's plan
+        jobs = {}
+        for _, config, index in planned:
+            jobs[(config, index)] = jobs.get((config, index), 0) + 1
+        slurm = plan_for_run(
+            run.scenario,
+            workflow.resource_settings,
+            run.shards_setting,
+            False,
+            planned=[(config, i, jobs[(config, i)]) for config, i in pending],
         )
-        lines += slurm_lines(
-            *slurm_estimate(
-                run.scenario, timings, workflow.resource_settings.nodes, pending
-            )
-        )
+        lines += slurm.lines()
     return lines
 
 
@@ -673,6 +690,18 @@ def check_before_first_job(workflow, run: Run) -> None:
     for line in profile_placeholders(workflow):
         sys.exit(f"config error: {line}")
     name = getattr(workflow.executor_plugin, "name", None)
+    if name == "slurm":  # sacct without job accounting: the run would never end
+        status = getattr(workflow.executor_settings, "status_command", None)
+        problem = status_query_problem(status)
+        if problem:
+            sys.exit(f"config error: {problem}")
+        if run.slurm and run.slurm.limits:  # sbatch's own words if it refuses
+            problem = submission_problem(
+                workflow.resource_settings.overwrite_resources.get("estimate_image"),
+                max(run.slurm.limits),
+            )
+            if problem:
+                sys.exit(f"config error: {problem}")
     if name != "modal":
         for problem in s.blockers:
             sys.exit(f"config error: {problem}")

@@ -30,8 +30,9 @@ import os
 import time
 from pathlib import Path
 
-from .gpus import compute_lock, gpu_index, hold_cpu, hold_gpu
+from .gpus import allocation_cpus, compute_lock, gpu_index, hold_cpu, hold_gpu
 from .hook import estimator_hook, record
+from .kept import keep_finished, take_kept
 from .request import EstimateRequest, RunSettings
 
 __all__ = ["main", "parse_args"]
@@ -118,6 +119,15 @@ def main(argv=None) -> None:
     start = time.time()
     request, threads = parse_args(argv)
     run = RunSettings.from_env()
+    # in a SLURM allocation, one job at a time computes with all the CPUs it was given
+    threads = allocation_cpus() or threads
+    # in a SLURM allocation: an image another allocation of the run finished before
+    # it ended early comes back (`multigeom_workflow.compute.kept`)
+    kept = take_kept(request.out)
+    if kept is not None:
+        print(f"{request.out}: taken back from {kept} (finished there)", flush=True)
+        record(what="job", out=request.out, start=start, end=time.time())
+        return
     with _hold(run) as slot:
         print(f"holding {slot.kind} {slot.slot_id} ({slot.device})", flush=True)
         if run.warm:
@@ -134,6 +144,7 @@ def main(argv=None) -> None:
             compute_cold(
                 request, slot.kind, slot.slot_id, slot.device, threads, run.run_id
             )
+    keep_finished(request.out)  # in a SLURM allocation: kept if it ends early
     record(what="job", out=request.out, start=start, end=time.time())
 
 

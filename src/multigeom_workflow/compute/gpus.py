@@ -29,6 +29,9 @@ from pathlib import Path
 
 __all__ = [
     "Slot",
+    "allocation_cpus",
+    "allocation_lock_dir",
+    "clean_ended_allocations",
     "clean_ended_runs",
     "compute_lock",
     "hold_cpu",
@@ -139,6 +142,63 @@ def clean_ended_runs() -> list[Path]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
+
+
+def allocation_cpus() -> int | None:
+    """
+    The CPU cores SLURM gave this allocation on this node (``SLURM_CPUS_ON_NODE``),
+    or None outside an allocation: a shard's warm worker computes with them, not with
+    the node's cores (other allocations share the node).
+    """
+    value = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if not os.environ.get("SLURM_JOB_ID") or not value.isdigit():
+        return None
+    return max(int(value), 1)
+
+
+#: Minutes a SLURM allocation's folder of locks and sockets may stand without a live
+#: run before another allocation on the node removes it.
+ALLOCATION_FOLDER_AGE_MIN = 10.0
+
+
+def clean_ended_allocations(own_job: str) -> list[Path]:
+    """
+    Remove the lock folders (``<lock_dir>/slurm-<jobid>``) of SLURM allocations that
+    ended on this node: none of their runs' Snakemake processes is alive and the
+    folder is older than `ALLOCATION_FOLDER_AGE_MIN` (one just starting is left
+    alone). Called by each new allocation (`own_job`, never removed).
+    """
+    removed = []
+    now = time.time()
+    for folder in lock_dir().glob("slurm-*"):
+        if folder.name == f"slurm-{own_job}" or not folder.is_dir():
+            continue
+        try:
+            age_min = (now - folder.stat().st_mtime) / 60
+        except OSError:
+            continue
+        runs = [r.name.rpartition("run-")[2] for r in folder.glob("run-*")]
+        alive = any(pid.isdigit() and _alive(int(pid)) for pid in runs)
+        if not alive and age_min >= ALLOCATION_FOLDER_AGE_MIN:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def allocation_lock_dir(job_id: str) -> Path:
+    """
+    The folder of one SLURM allocation's slot locks and sockets,
+    ``<lock_dir>/slurm-<jobid>`` (SLURM numbers every allocation's GPUs from 0, and
+    allocations may share a node), removed when this process (the allocation's
+    first Snakemake) exits; one left by an allocation killed first goes with the
+    next allocation on the node (`clean_ended_allocations`).
+    """
+    import atexit
+
+    clean_ended_allocations(job_id)
+    folder = lock_dir() / f"slurm-{job_id}"
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 @contextlib.contextmanager

@@ -11,7 +11,6 @@ The model and the defaults are the old notebook helper's
 
 from __future__ import annotations
 
-import math
 import os
 
 from ..scenario import Scenario
@@ -41,10 +40,6 @@ __all__ = [
     "pending_images",
     "progress",
     "run_estimates",
-    "slurm_estimate",
-    "slurm_lines",
-    "slurm_runtime_minutes",
-    "slurm_seconds_per_image",
 ]
 
 #: GPUs at once on Modal's Starter plan: the default number of containers.
@@ -253,91 +248,6 @@ def modal_estimate(
         seconds_source=source,
         startup_source=startup_source,
     )
-
-
-def slurm_seconds_per_image(scenario: Scenario, timings) -> tuple[float, str]:
-    """
-    Seconds per image in a SLURM allocation, and where the figure comes from: measured
-    on earlier per-image files of the allocations' kind of device (`timings` from
-    `read_timings`), else the default scaled by the Monte-Carlo work. The allocations'
-    device, not this machine's: a login node without a GPU falls back to the CPU here,
-    while the shards compute on their GPUs.
-    """
-    kind = "cpu" if scenario.device_asked == "cpu" else "gpu"
-    return _seconds_per_image(scenario, timings, kind)
-
-
-def slurm_estimate(
-    scenario: Scenario,
-    timings,
-    nodes: int | None,
-    pending: list[tuple[tuple[str, str], int]] | None = None,
-) -> tuple[list[tuple[int, int, float]], float, str]:
-    """
-    The work left on a SLURM cluster (profiles/slurm): one allocation with one GPU (or
-    CPU share, with ``device: cpu``) per shard (`make_shards` into ``--jobs`` shards),
-    the models loading once per shard and configuration.
-
-    Returns
-    -------
-    shards : list of (int, int, float)
-        Per shard: images, configurations, GPU-seconds (images x seconds per image +
-        configurations x upstream's start-up of 15 s).
-    seconds_per_image : float
-        Measured on earlier per-image files computed on the same kind of device
-        (`timings` from `read_timings`), else the default (an RTX 5090-class GPU, a
-        32-core CPU) scaled by the estimator's Monte-Carlo work; with `source`, where
-        it comes from.
-    """
-    if pending is None:
-        pending = pending_images(scenario)
-    shards = make_shards(pending, max(nodes or 1, 1))
-    if not shards:
-        return [], 0.0, "nothing left"
-    spi, source = slurm_seconds_per_image(scenario, timings)
-    out = []
-    for shard in shards:
-        configs = len({config for config, _ in shard})
-        out.append(
-            (len(shard), configs, len(shard) * spi + configs * DEFAULT_STARTUP_S)
-        )
-    return out, spi, source
-
-
-def slurm_runtime_minutes(seconds_per_image: float, margin: float = 2.0) -> int:
-    """
-    The ``runtime`` (minutes) a per-image job asks SLURM for: `margin` x seconds per
-    image plus upstream's start-up (15 s, once per configuration of a shard: counted
-    for every image, an upper bound), rounded up to whole minutes (Snakemake's unit; a
-    shard's time limit is the sum over its images).
-    """
-    return max(1, math.ceil((margin * seconds_per_image + DEFAULT_STARTUP_S) / 60))
-
-
-def slurm_lines(
-    shards: list[tuple[int, int, float]], seconds_per_image: float, source: str
-) -> list[str]:
-    """The dry run's lines for SLURM: GPU-hours per shard (no price: a cluster's)."""
-    if not shards:
-        return []
-    hours = [s / 3600 for _, _, s in shards]
-    low, high = f"{min(hours):.3g}", f"{max(hours):.3g}"
-    lines = [
-        f"  on SLURM (profiles/slurm): {len(shards)} allocation(s) of 1 GPU, one per "
-        f"shard; {seconds_per_image:.3g} s per image ({source})",
-        f"    GPU-hours per shard: {low}"
-        + (f" to {high}" if high != low else "")
-        + f" ({sum(hours):.3g} in all); time limit per shard "
-        f"{slurm_runtime_minutes(seconds_per_image) * max(n for n, _, _ in shards)} "
-        "min at most",
-    ]
-    width = max(2, len(str(len(shards) - 1)))  # as `shard_groups` names them
-    for i, (n, configs, seconds) in enumerate(shards):
-        lines.append(
-            f"    shard-{i:0{width}d}: {n} image(s) of {configs} configuration(s), "
-            f"{seconds / 3600:.3g} GPU-hours"
-        )
-    return lines
 
 
 def estimate_lines(

@@ -1,0 +1,544 @@
+"""
+What a run on a SLURM cluster (``profiles/slurm``) plans, checks and prepares on the
+login node, before Snakemake plans the jobs: shards whose time limits fit the
+cluster (`plan_shards`, `SlurmPlan`), per-image files of allocations that ended early
+put back (`restore_ended_allocations`), and a cluster without job accounting named
+before the run hangs on it (`status_query_problem`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..compute.kept import restore_after_ended_allocations
+from ..scenario import Scenario
+from ..settings.errors import ConfigError
+from .cost import DEFAULT_STARTUP_S, read_timings
+from .plan import _seconds_per_image, pending_images
+from .shards import SHARD_GROUP, make_shards, num_shards
+
+__all__ = [
+    "CAP_RESOURCE",
+    "DEFAULT_CAP_MIN",
+    "MARGIN",
+    "SlurmPlan",
+    "partition_max_minutes",
+    "plan_for_run",
+    "plan_shards",
+    "restore_ended_allocations",
+    "shard_minutes",
+    "slurm_plan",
+    "slurm_time_minutes",
+    "status_query_problem",
+    "submission_problem",
+]
+
+#: A shard's time limit is this many times its measured (or default) work: a node
+#: loaded by other jobs, or a slower GPU of the partition, still finishes it.
+MARGIN = 3.0
+#: Seconds added once per allocation: Snakemake starting in the allocation, the
+#: warm worker's imports, the files' latency on a shared file system.
+ALLOCATION_S = 120.0
+#: The most minutes one allocation asks for when neither the profile
+#: (`CAP_RESOURCE`) nor the partition (its MaxTime) says: 24 h, the shortest common
+#: limit of GPU partitions.
+DEFAULT_CAP_MIN = 1440
+#: The per-image rule's resource a profile sets the cap with (minutes).
+CAP_RESOURCE = "shard_max_minutes"
+
+
+def shard_minutes(n_jobs: int, n_configs: int, seconds_per_image: float) -> int:
+    """
+    The time limit (minutes) of one allocation.
+
+    Parameters
+    ----------
+    n_jobs : int
+        Per-image computations of the shard (a noise ceiling's second estimate
+        counts as one).
+    n_configs : int
+        Configurations of the shard (the models load once per configuration).
+    seconds_per_image : float
+        Measured (or default) seconds per image on the allocation's device.
+
+    Returns
+    -------
+    int
+        ``ceil((MARGIN x (n_jobs x seconds + n_configs x 15 s) + 120 s) / 60)``.
+    """
+    work = n_jobs * seconds_per_image + n_configs * DEFAULT_STARTUP_S
+    return max(1, math.ceil((MARGIN * work + ALLOCATION_S) / 60))
+
+
+def slurm_time_minutes(text: str) -> int | None:
+    """
+    A SLURM time (``sinfo -o %l``: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``,
+    ``D-H:M:S``) in whole minutes (seconds rounded down); None for ``infinite``,
+    ``UNLIMITED`` or what is not a time.
+    """
+    text = text.strip()
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if not m:
+        return None
+    days, a, b, c = m.groups()
+    parts = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        h, mi = (parts + [0, 0])[:2]
+        return int(days) * 1440 + h * 60 + mi
+    if len(parts) == 3:
+        return parts[0] * 60 + parts[1]
+    return parts[0]  # M or M:S
+
+
+def partition_max_minutes(partition: str | None) -> tuple[int | None, str]:
+    """
+    The MaxTime of `partition` (default: the cluster's default partition) as
+    ``sinfo`` reports it, in minutes, and the partition's name; None when ``sinfo``
+    is not there, the partition is unknown, or it has no limit.
+    """
+    if shutil.which("sinfo") is None:
+        return None, partition or ""
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-o", "%P %l"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None, partition or ""
+    for line in out.stdout.splitlines():
+        name, _, limit = line.partition(" ")
+        default = name.endswith("*")
+        if (partition and name.rstrip("*") == partition) or (not partition and default):
+            return slurm_time_minutes(limit), name.rstrip("*")
+    return None, partition or ""
+
+
+@dataclass
+class SlurmPlan:
+    """
+    The shards of a SLURM run and what each allocation asks for.
+
+    Attributes
+    ----------
+    shards : list of list
+        Per shard, its ((encoder, area), image index) computations, in order.
+    jobs : list of list of int
+        Per shard, the per-image jobs of each of its computations (1, or 2 with the
+        noise ceiling's second estimate).
+    limits : list of int
+        Per shard, its time limit in minutes (the sum of its jobs' `runtime`).
+    seconds_per_image : float
+    source : str
+        Where the seconds per image come from.
+    cap : int
+        Most minutes per allocation; `cap_source` says whence.
+    cap_source : str
+    wanted : int
+        Shards the run asked for (``--jobs`` or the config key ``shards``); more
+        when the cap needs them.
+    """
+
+    shards: list
+    jobs: list
+    limits: list
+    seconds_per_image: float
+    source: str
+    cap: int
+    cap_source: str
+    wanted: int
+
+    def groups(self) -> dict:
+        """Computation -> group name (``shard-00``, ...), as `shard_groups` names."""
+        width = max(2, len(str(len(self.shards) - 1)))
+        return {
+            item: f"{SHARD_GROUP}-{i:0{width}d}"
+            for i, shard in enumerate(self.shards)
+            for item in shard
+        }
+
+    def runtimes(self) -> dict:
+        """
+        Computation -> `runtime` (minutes) of each of its jobs: a shard's limit split
+        over its jobs so that they add up to it (Snakemake sums a group's runtimes
+        into the allocation's ``--time``; a job may get 0).
+        """
+        out = {}
+        for shard, jobs, limit in zip(self.shards, self.jobs, self.limits, strict=True):
+            per_job = limit / max(sum(jobs), 1)
+            given, acc = 0, 0.0
+            for item, k in zip(shard, jobs, strict=True):
+                acc += k * per_job
+                each = max(0, math.ceil((round(acc, 9) - given) / k))
+                out[item] = each
+                given += each * k
+        return out
+
+    def single_minutes(self) -> int:
+        """The time limit of one image alone (a job outside the planned shards)."""
+        return shard_minutes(1, 1, self.seconds_per_image)
+
+    def over_cap(self) -> list[str]:
+        """One line per shard whose limit exceeds the cap (one image too long)."""
+        width = max(2, len(str(len(self.shards) - 1)))
+        return [
+            f"shard-{i:0{width}d} asks {limit} min, above the cap of {self.cap} min "
+            f"({self.cap_source}): its images take longer than the cap allows even "
+            "one at a time; raise the cap or use a partition with a longer MaxTime"
+            for i, limit in enumerate(self.limits)
+            if limit > self.cap
+        ]
+
+    def lines(self) -> list[str]:
+        """The dry run's lines for SLURM: allocations, time limits, GPU-hours."""
+        if not self.shards:
+            return []
+        hours = [
+            (sum(jobs) * self.seconds_per_image + DEFAULT_STARTUP_S * configs) / 3600
+            for jobs, configs in zip(self.jobs, self._configs(), strict=True)
+        ]
+        low, high = f"{min(hours):.3g}", f"{max(hours):.3g}"
+        split = (
+            f"; {len(self.shards)} shards instead of {self.wanted}, so that each fits "
+            "the cap"
+            if len(self.shards) > self.wanted
+            else ""
+        )
+        lines = [
+            f"  on SLURM (profiles/slurm): {len(self.shards)} allocation(s) of 1 GPU, "
+            f"one per shard; {self.seconds_per_image:.3g} s per image ({self.source})",
+            f"    time limit per shard: {min(self.limits)} to {max(self.limits)} min "
+            f"({MARGIN:g} x the work + {ALLOCATION_S:g} s), cap {self.cap} min "
+            f"({self.cap_source}){split}",
+            f"    GPU-hours per shard: {low}"
+            + (f" to {high}" if high != low else "")
+            + f" ({sum(hours):.3g} in all)",
+        ]
+        width = max(2, len(str(len(self.shards) - 1)))
+        for i, (jobs, configs, limit, h) in enumerate(
+            zip(self.jobs, self._configs(), self.limits, hours, strict=True)
+        ):
+            lines.append(
+                f"    shard-{i:0{width}d}: {sum(jobs)} image(s) of {configs} "
+                f"configuration(s), {h:.3g} GPU-hours, time limit {limit} min"
+            )
+        if len(lines) > 40:  # thousands of shards: the first and the last
+            lines = [*lines[:22], "    ...", *lines[-15:]]
+        return lines + [f"  warning: {line}" for line in self.over_cap()]
+
+    def _configs(self) -> list[int]:
+        return [len({config for config, _ in shard}) for shard in self.shards]
+
+
+def plan_shards(
+    pending: Sequence,
+    jobs_of: Sequence[int],
+    wanted: int,
+    seconds_per_image: float,
+    cap: int,
+) -> tuple[list, list, list]:
+    """
+    Split the computations left into at least `wanted` balanced shards
+    (`make_shards`), more where a shard's time limit (`shard_minutes`) would exceed
+    `cap` minutes.
+
+    Parameters
+    ----------
+    pending : sequence
+        The computations left, in order.
+    jobs_of : sequence of int
+        Per computation, its per-image jobs (1 or 2).
+    wanted : int
+        Shards asked for (at least 1).
+    seconds_per_image : float
+    cap : int
+        Most minutes per allocation.
+
+    Returns
+    -------
+    shards, jobs, limits : lists
+        As `SlurmPlan`'s attributes.
+    """
+    jobs_by = dict(zip(pending, jobs_of, strict=True))
+    n = max(1, wanted)
+    while True:
+        shards = make_shards(pending, n)
+        jobs = [[jobs_by[item] for item in shard] for shard in shards]
+        limits = [
+            shard_minutes(sum(j), len({c for c, _ in shard}), seconds_per_image)
+            for shard, j in zip(shards, jobs, strict=True)
+        ]
+        if not limits or max(limits) <= cap or n >= len(pending):
+            return shards, jobs, limits
+        n = min(len(pending), max(n + 1, math.ceil(n * max(limits) / cap)))
+
+
+def per_image_folders(scenario: Scenario) -> list[str]:
+    """The run's per-image folders: each configuration's, and the noise ceiling's."""
+    return sorted(
+        {
+            os.path.dirname(path(c.encoder, c.area, 0))
+            for c in scenario.configurations
+            for path in (scenario.per_image_file, scenario.ceiling_file)
+        }
+    )
+
+
+def restore_ended_allocations(scenario: Scenario) -> str | None:
+    """
+    Put back the per-image files that SLURM allocations finished before they ended
+    early (time limit, ``scancel``, preemption, node failure) and Snakemake removed
+    with their shard (`multigeom_workflow.compute.kept`).
+
+    Returns
+    -------
+    str or None
+        One line saying how many files came back and from which allocations (job id
+        and state), or None when nothing did.
+    """
+    restored, ended = restore_after_ended_allocations(per_image_folders(scenario))
+    if not restored:
+        return None
+    return (
+        f"restored {len(restored)} per-image file(s) finished in SLURM allocation(s) "
+        f"that ended early ({', '.join(ended)}): Snakemake had removed them with "
+        "their shard; only the images still missing are computed"
+    )
+
+
+#: What ``sacct`` prints on a cluster without job accounting (SLURM 22.05 to 24.x).
+ACCOUNTING_DISABLED = "accounting storage is disabled"
+
+
+def status_query_problem(status_command: str | None) -> str | None:
+    """
+    The line that stops a SLURM run whose job-status query cannot work: the plugin
+    reads job states with ``sacct`` (its default), which on a cluster without job
+    accounting answers "Slurm accounting storage is disabled", so that the run never
+    sees a shard end.
+
+    Parameters
+    ----------
+    status_command : str or None
+        The plugin's setting ``--slurm-status-command`` (``sacct``, ``squeue``, or
+        None for its default).
+
+    Returns
+    -------
+    str or None
+        The problem, naming the setting to give, or None when the query works (or
+        ``sacct`` is not there, where the plugin uses ``squeue`` itself).
+    """
+    if status_command == "squeue" or shutil.which("sacct") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-o", "JobID", "-S", "now"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    said = (out.stdout + out.stderr).strip()
+    if ACCOUNTING_DISABLED not in said.lower():
+        return None
+    first = said.splitlines()[0]
+    return (
+        f"this SLURM cluster keeps no job accounting (sacct: {first!r}): "
+        "the plugin's status query by sacct would never see a shard end; set "
+        "`slurm-status-command: squeue` in the profile (or --slurm-status-command "
+        "squeue; it needs MinJobAge of 120 s or more: scontrol show config | grep "
+        "MinJobAge)"
+    )
+
+
+def slurm_plan(
+    scenario: Scenario,
+    timings,
+    wanted: int,
+    partition: str | None = None,
+    profile_cap: int | None = None,
+    planned: list | None = None,
+) -> SlurmPlan:
+    """
+    The shards of a SLURM run of `scenario` and their time limits.
+
+    Parameters
+    ----------
+    scenario : Scenario
+    timings
+        Earlier per-image files' timings (`read_timings`), for the seconds per image
+        measured on the allocations' kind of device.
+    wanted : int
+        Shards asked for (``--jobs``, or the config key ``shards``).
+    partition : str, optional
+        The partition the per-image jobs ask for (``slurm_partition``); its MaxTime
+        (``sinfo``) caps an allocation when it is readable.
+    profile_cap : int, optional
+        The profile's cap in minutes (`CAP_RESOURCE`), else `DEFAULT_CAP_MIN`.
+    planned : list of ((encoder, area), index, jobs), optional
+        The computations of Snakemake's plan and the per-image jobs of each (1, or 2
+        with the noise ceiling's second estimate); default: the files missing now.
+
+    Returns
+    -------
+    SlurmPlan
+    """
+    # the allocations' device, not this machine's: a login node without a GPU falls
+    # back to the CPU here, while the shards compute on their GPUs
+    kind = "cpu" if scenario.device_asked == "cpu" else "gpu"
+    spi, source = _seconds_per_image(scenario, timings, kind)
+    if planned is not None:
+        pending = [(config, i) for config, i, _ in planned]
+        jobs_of = [k for _, _, k in planned]
+    else:
+        pending = pending_images(scenario)
+        jobs_of = [
+            int(not os.path.exists(scenario.per_image_file(*config, i)))
+            + int(
+                i < scenario.ceiling_images
+                and not os.path.exists(scenario.ceiling_file(*config, i))
+            )
+            for config, i in pending
+        ]
+    cap, cap_source = (
+        (int(profile_cap), f"set-resources {CAP_RESOURCE}")
+        if profile_cap
+        else (DEFAULT_CAP_MIN, "the default: 24 h")
+    )
+    maxtime, name = partition_max_minutes(partition) if pending else (None, "")
+    if maxtime is not None and maxtime < cap:
+        cap, cap_source = maxtime, f"MaxTime of partition {name}"
+    shards, jobs, limits = plan_shards(pending, jobs_of, wanted, spi, cap)
+    return SlurmPlan(shards, jobs, limits, spi, source, cap, cap_source, wanted)
+
+
+def _given(resources, name: str):
+    """A resource as a profile wrote it (Snakemake keeps `Resource` objects)."""
+    value = dict(resources or {}).get(name)
+    value = getattr(value, "raw", value)  # `.value` would evaluate it
+    return None if value is None else str(value).strip("'\"")
+
+
+def plan_for_run(
+    scenario: Scenario,
+    resource_settings,
+    shards_setting,
+    remote_exec: bool,
+    planned: list | None = None,
+) -> SlurmPlan | None:
+    """
+    The `SlurmPlan` of a run for SLURM, or None for any other run: one whose
+    per-image jobs ask SLURM resources (``slurm_*`` in ``set-resources`` for
+    estimate_image or in ``default-resources``, as profiles/slurm does), planned on
+    the login node (inside an allocation, nothing is planned).
+
+    Parameters
+    ----------
+    scenario : Scenario
+    resource_settings
+        Snakemake's ``workflow.resource_settings`` (``overwrite_resources``,
+        ``default_resources``, ``nodes``: ``--jobs``).
+    shards_setting : int or str
+        The config key ``shards``.
+    remote_exec : bool
+        Snakemake's ``workflow.remote_exec`` (True inside an allocation).
+    planned : list, optional
+        As for `slurm_plan`: Snakemake's plan (the dry run's estimate).
+    """
+    own = resource_settings.overwrite_resources.get("estimate_image", {})
+    default = resource_settings.default_resources or {}
+    asked = [name for r in (own, default) for name in dict(r)]
+    if remote_exec or not any(name.startswith("slurm_") for name in asked):
+        return None
+    cap = _given(own, CAP_RESOURCE) or _given(default, CAP_RESOURCE)
+    try:
+        cap_min = int(float(cap)) if cap else None
+    except ValueError:
+        cap_min = None
+    if cap is not None and (cap_min is None or cap_min < 1):
+        raise ConfigError(
+            f"profile entry set-resources estimate_image:{CAP_RESOURCE}={cap}: "
+            "allowed: a whole number of minutes, at least 1 (the most one allocation "
+            "asks for)"
+        )
+    return slurm_plan(
+        scenario,
+        read_timings(
+            scenario.per_image_files(),
+            engine=scenario.engine,
+            precision=scenario.precision,
+        ),
+        num_shards(shards_setting, resource_settings.nodes),
+        partition=_given(own, "slurm_partition") or _given(default, "slurm_partition"),
+        profile_cap=cap_min,
+        planned=planned,
+    )
+
+
+def submission_problem(resources, minutes: int) -> str | None:
+    """
+    The line that stops a SLURM run whose shards' allocation SLURM would refuse,
+    with sbatch's own words: ``sbatch --test-only`` with what a shard asks for (the
+    per-image rule's ``set-resources``: account, partition, GPUs, CPUs per GPU,
+    memory, constraint, QOS, ``slurm_extra``, and the longest shard's time limit).
+    Snakemake reports a refused submission of a group as "Error in group ...
+    message: None", without them (snakemake-executor-plugin-slurm issue #456).
+
+    Parameters
+    ----------
+    resources
+        The per-image rule's resources as a profile gives them (name -> value).
+    minutes : int
+        The longest shard's time limit.
+
+    Returns
+    -------
+    str or None
+        The problem, or None when sbatch accepts the request (or is not there).
+    """
+    if shutil.which("sbatch") is None:
+        return None
+    get = lambda name: _given(resources, name)  # noqa: E731
+    args = ["sbatch", "--test-only", "--parsable", f"--time={max(int(minutes), 1)}"]
+    for name, flag in (
+        ("slurm_account", "--account"),
+        ("slurm_partition", "--partition"),
+        ("constraint", "--constraint"),
+        ("qos", "--qos"),
+    ):
+        if get(name):
+            args.append(f"{flag}={get(name)}")
+    gpus = get("gpu")
+    if gpus and gpus != "0":
+        model = get("gpu_model")
+        args.append(f"--gpus={model}:{gpus}" if model else f"--gpus={gpus}")
+        if get("cpus_per_gpu"):
+            args.append(f"--cpus-per-gpu={get('cpus_per_gpu')}")
+    if get("cpus_per_task"):
+        args.append(f"--cpus-per-task={get('cpus_per_task')}")
+    if get("mem_mb"):
+        args.append(f"--mem={get('mem_mb')}")
+    if get("slurm_extra"):
+        args += shlex.split(get("slurm_extra"))
+    args.append("--wrap=true")
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode == 0:
+        return None
+    said = " ".join((out.stderr or out.stdout).split())
+    said = said or f"exit status {out.returncode}"
+    return (
+        f"SLURM refuses the shards' allocation: {said} (asked: "
+        f"{shlex.join(args[3:-1])}, the per-image rule's set-resources in the profile "
+        'and the longest shard\'s time limit; `sinfo -o "%P %l %c %m %G"` lists what '
+        "the partitions allow)"
+    )
