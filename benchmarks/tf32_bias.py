@@ -21,7 +21,7 @@ import argparse
 import platform
 import sys
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
@@ -63,7 +63,7 @@ def main(argv=None):
     cfg = to_namespace(est)
     mc = est["monte_carlo"]
     print(
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
         f"{platform.processor() or platform.machine()}, torch {torch.__version__}; "
         f"{args.runs}, image {args.image}, seed {42 + args.image}, estimator "
         f"{Path(args.estimator).name} ({mc['n_samples']} samples), top {args.top_k}"

@@ -1,5 +1,6 @@
 # The per-image target: G(x) and J(x) of one test image of one (encoder, area)
-# configuration, computed and written by upstream's multigeom.pipeline.per_image.
+# configuration, computed by the configured engine (upstream's multigeom.pipeline.per_image, or the
+# fast engine) and written in upstream's format.
 # The settings are params (a change of their content recomputes); the device is not
 # (the same image gives the same result wherever it runs). The job is a light process
 # (multigeom_workflow.compute.client, no torch) that holds a slot and hands its request
@@ -7,6 +8,7 @@
 # (multigeom_workflow.snakemake_hooks).
 
 import shlex
+import sys
 
 # The per-image job's command, for any rule with the wildcards, inputs (image, encoder,
 # diffusion), output, params (estimator, diffusion: in that order), log and threads of

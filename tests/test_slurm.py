@@ -30,6 +30,7 @@ import torch
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
 
 from multigeom_workflow.compute.gpus import lock_dir
+from multigeom_workflow.compute.hook import HOOK_ENV
 from multigeom_workflow.compute.kept import (
     drop_kept,
     keep_finished,
@@ -46,6 +47,8 @@ from multigeom_workflow.planning.slurm import (
     slurm_time_minutes,
 )
 
+#: The stand-in estimator in place of the real one (compute/hook.py)
+STANDIN = {HOOK_ENV: "multigeom_workflow.compute.standin"}
 CLUSTER_SCRIPT = REPO / ".ci" / "slurm-cluster.sh"
 TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
 #: The cluster's account and partitions (.ci/slurm-cluster.sh).
@@ -372,7 +375,7 @@ def test_a_refused_submission_is_shown_in_sbatchs_words(
     cmd = slurm_command(work, profile, "--until", "estimate_image")
     cmd += ["--config", "n_images=1", "noise_ceiling_images=0"]
     first = last_job_id()
-    result = run(cmd, env={STANDIN_ENV: "1"})
+    result = run(cmd, env={**STANDIN, STANDIN_ENV: "1"})
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("config error: SLURM refuses the shards' allocation")
@@ -469,7 +472,7 @@ def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
     records = tmp_path / "records.jsonl"
     # 25 s: SLURM ends a job within 30 s of its limit (1 minute at least), before
     # the 4th image is done; the 2 finished first are there by then
-    env = {STANDIN_ENV: "25", RECORD_ENV: str(records)}
+    env = {**STANDIN, STANDIN_ENV: "25", RECORD_ENV: str(records)}
     first = last_job_id()
     cmd = slurm_command(work, profile, "--jobs", "1", "--until", "estimate_image")
     cmd += ["--config", "n_images=1", "noise_ceiling_images=0"]
@@ -547,6 +550,7 @@ def test_a_cluster_without_accounting_is_named_before_any_submission(
     assert "accounting storage is disabled" in said.stdout + said.stderr
     work = workdir_with_assets(tiny_run, tmp_path / "work")
     profile = user_profile(tmp_path / "profile")
+    env.update(STANDIN)
     env[STANDIN_ENV] = "1"
     cmd = slurm_command(work, profile, "--until", "estimate_image")
     cmd += ["--config", "n_images=1", "noise_ceiling_images=0"]

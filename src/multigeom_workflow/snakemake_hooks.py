@@ -12,8 +12,9 @@ tests/test_snakemake_hooks.py fails when an upgrade of Snakemake changes one of 
 What is left is what Snakemake will run: the dry run's estimate, the Modal budget
 check, the SLURM lines, the live view and ``multigeom-workflow progress`` count the
 per-image jobs of Snakemake's own plan (its jobs to run, after its rerun triggers and
-metadata: `planned_per_image`), read once the plan is built: in a dry run when
-Snakemake logs its job statistics (`DryRunEstimate`), in a real run at ``onstart``.
+metadata: `planned_per_image`), read once the plan is built: when Snakemake logs its
+job statistics (`DryRunEstimate`: the dry run's estimate, the live view's files, the
+plan file of ``progress``) and, for the Modal budget, at ``onstart``.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ INTERNALS = {
     "workflow.parent_groupids": "shard groups counted as one name (register_groups)",
     "workflow.resource_settings.overwrite_resources": "a profile's set-resources",
     "workflow.scheduler.global_resources": "the gpu limit of a local run",
+    "workflow.scheduler.resources": "the same limit, as the scheduler counts it",
+    "workflow.resource_settings.default_resources": "a profile's default-resources",
+    "workflow.executor_settings.status_command": "the SLURM plugin's status query",
     "workflow.dag.needrun_jobs": "the per-image jobs Snakemake will run",
     "rule.resources": "the ceiling's rule shares estimate_image's set-resources",
     "snakemake.logging.logger RUN_INFO record": "the moment the plan is built",
@@ -369,7 +373,10 @@ def start(workflow, config: dict) -> Run:
     # dry run says it as warnings), the budget from the files missing now; at
     # onstart the budget is checked again on Snakemake's plan.
     before_modal_run(
-        workflow, scenario, lambda: _modal_estimate_at_parse(workflow, run)
+        scenario,
+        lambda: _modal_estimate_at_parse(workflow, run),
+        remote=not main,
+        dryrun=dryrun,
     )
     if main:
         DryRunEstimate(workflow, run).install()

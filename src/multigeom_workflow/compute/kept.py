@@ -58,8 +58,9 @@ ACTIVE_STATES = {
 }
 
 
-#: Set by the workflow (rules/common.smk) to the allocation's job id in a shard it
-#: submitted; a local run inside an interactive allocation keeps nothing.
+#: Set by the workflow (multigeom_workflow.snakemake_hooks) to the allocation's job
+#: id in a shard it submitted; a local run inside an interactive allocation keeps
+#: nothing.
 SHARD_ENV = "MULTIGEOM_SLURM_SHARD"
 
 
@@ -187,7 +188,8 @@ def restore_after_ended_allocations(
         ceiling's).
     states : callable
         Job ids -> SLURM state (default `slurm_job_states`); a job missing from the
-        answer counts as not completed (its files are put back).
+        answer (SLURM did not say, or could not be asked) counts as not completed:
+        its files are put back, and its folder is kept (it may still be running).
 
     Returns
     -------
@@ -220,5 +222,6 @@ def restore_after_ended_allocations(
                     os.link(kept, out)
                     restored.append(out)
                     ended.add(f"{job} {state}")
-        shutil.rmtree(d, ignore_errors=True)
+        if state != "UNKNOWN":  # SLURM said it ended: its copies are no longer needed
+            shutil.rmtree(d, ignore_errors=True)
     return restored, sorted(ended)

@@ -6,7 +6,7 @@ runs the same job). Only the standard library is imported here, so the job that 
 image to a warm worker never imports torch.
 
 The settings every per-image job of a run shares (device, GPU ids, CPU shares, the
-settings files for provenance, seed, engine, precision, warm or cold) are resolved once
+settings files for provenance, engine, precision, warm or cold) are resolved once
 by the Snakemake process that parses the workflow (`RunSettings`) and handed to its
 jobs in the environment variable ``MULTIGEOM_RUN``; a job does not read the
 configuration again.
@@ -181,6 +181,6 @@ class RunSettings:
         if not text:
             raise RuntimeError(
                 f"{RUN_ENV} is not set: per-image jobs are started by the workflow's "
-                "Snakefile (rules/common.smk sets it)"
+                "Snakefile (multigeom_workflow.snakemake_hooks sets it)"
             )
         return cls(**json.loads(text))

@@ -64,32 +64,39 @@ def modal_run_problems(
 
 
 def before_modal_run(
-    workflow, scenario: Scenario, modal_estimate: Callable[[], CostEstimate]
+    scenario: Scenario,
+    modal_estimate: Callable[[], CostEstimate],
+    *,
+    remote: bool,
+    dryrun: bool,
 ) -> None:
     """
     While Snakemake reads the workflow: for a run with ``--executor modal`` (a
     profile's ``executor: modal`` too), stop a real run that would be refused, before
     the plugin builds the image; print the same lines as warnings in a dry run.
-    Nothing in a container (``workflow.remote_exec``) or for another executor.
+    Nothing in a container (`remote`) or for another executor.
 
     Parameters
     ----------
-    workflow : snakemake.workflow.Workflow
     scenario : Scenario
     modal_estimate : callable
         See :func:`modal_run_problems`.
+    remote : bool
+        Snakemake runs a job's own workflow (in a container, an allocation).
+    dryrun : bool
+        A dry run (``snakemake -n``): warnings only.
 
     Raises
     ------
     SystemExit
         In a real run, with every problem, one per line.
     """
-    if workflow.remote_exec:
+    if remote:
         return
     problems = modal_run_problems(scenario, modal_estimate)
     if not problems:
         return
-    if workflow.output_settings.dryrun:
+    if dryrun:
         for line in problems:
             print(f"warning: a run on Modal would stop: {line}", file=sys.stderr)
         return

@@ -12,7 +12,7 @@ Before Snakemake builds its plan, `keep_dates_of_unchanged_content` compares the
 the per-image results depend on (checkpoints, test images, the demo's data, the
 TinyImageNet archive) with a registry of their content,
 ``<runs_dir>/.content_dates.json``: a file whose date changed but whose bytes did not
-(SHA-256) gets back the date it had when its content was first seen, so Snakemake's
+(SHA-256) gets back the date last recorded with that content, so Snakemake's
 own rules (dates, then its checksums and params) decide as if nothing happened. A
 file whose bytes changed keeps its new date, and Snakemake recomputes what depends on
 it. Hashing runs only for files whose (size, modification time, status-change time)

@@ -5,7 +5,9 @@ minute and time left, drawn by the workflow's Snakemake logger plugin
 enable it).
 
 The plan (every per-image file of the run, by configuration) is handed over by the
-workflow when it is parsed (`set_plan`, rules/common.smk); the view counts the files
+workflow once Snakemake has planned (`set_plan`, from
+`multigeom_workflow.snakemake_hooks.DryRunEstimate`: the per-image files it will
+compute); the view counts the files
 that exist (so images finished inside a SLURM allocation or a Modal container show as
 their files arrive, not only when their whole shard ends) and the per-image jobs
 Snakemake reports finished. On a terminal the view is a table below Snakemake's usual

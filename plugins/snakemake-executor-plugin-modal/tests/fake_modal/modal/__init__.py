@@ -574,7 +574,7 @@ class Function:
         (cdir / "root").mkdir(parents=True)
         (cdir / "mounts").mkdir()
 
-        sources, hidden = _local_sources(opts["image"])
+        sources, hidden, hidden_modules = _local_sources(opts["image"])
         mapping: list[tuple[str, str]] = []  # (mount path, view folder)
         mounts: dict[str, str] = {}  # volume name -> view folder
         views: list[tuple[Volume, Path]] = []
@@ -600,6 +600,7 @@ class Function:
             # packages, never its PYTHONPATH; local sources come from /root (below)
             "PYTHONPATH": _FAKE_DIR,
             "FAKE_MODAL_HIDDEN_PATHS": json.dumps(hidden),
+            "FAKE_MODAL_HIDDEN_MODULES": json.dumps(hidden_modules),
             "FAKE_MODAL_DIR": str(root),
             "FAKE_MODAL_MOUNTS": json.dumps(mounts),
             "FAKE_MODAL_CALL_ID": call_id,
@@ -674,16 +675,22 @@ class Function:
 _SPAWN_ERRORS: dict[str, int | None] = {"left": None}
 
 
-def _local_sources(image: Image) -> tuple[list[tuple[str, Path]], list[str]]:
+def _local_sources(
+    image: Image,
+) -> tuple[list[tuple[str, Path]], list[str], list[str]]:
     """
     The local Python sources an image adds (``add_local_python_source``) as (name,
-    local path) pairs, and the client's ``sys.path`` folders they were found in: a
-    container sees those packages only as Modal mounts them, under ``/root``
+    local path) pairs, the client's ``sys.path`` folders they were found in, and the
+    names of those found in a folder of installed packages: a container sees those
+    packages only as Modal mounts them, under ``/root``
     (``_Mount._add_local_python_source``/``get_module_mount_info``, ``modal/mount.py``
-    and ``modal/_utils/package_utils.py``), not through the client's (editable)
-    installs, which ``sitecustomize`` hides in the container's processes.
+    and ``modal/_utils/package_utils.py``), not through the client's installs, which
+    ``sitecustomize`` hides in the container's processes: an editable install's
+    folder is dropped from ``sys.path``; a package installed among others
+    (``site-packages``) is found only under ``/root`` (its folder holds the image's
+    other packages, which stay).
     """
-    sources, hidden = [], []
+    sources, hidden, modules = [], [], []
     for step in image.steps:
         if step["op"] != "add_local_python_source":
             continue
@@ -696,8 +703,11 @@ def _local_sources(image: Image) -> tuple[list[tuple[str, Path]], list[str]]:
             else:
                 path = Path(spec.origin)
             sources.append((module, path))
-            hidden.append(os.path.abspath(path.parent))
-    return sources, hidden
+            if path.parent.name in ("site-packages", "dist-packages"):
+                modules.append(module.partition(".")[0])
+            else:
+                hidden.append(os.path.abspath(path.parent))
+    return sources, hidden, modules
 
 
 def _mount_sources(sources: list[tuple[str, Path]], root: Path) -> None:
