@@ -34,7 +34,7 @@ from .on_modal.preflight import before_modal_run
 from .planning.content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
 from .planning.cost import budget_problem
 from .planning.live_view import set_plan
-from .planning.plan import estimate_lines, run_estimates
+from .planning.plan import estimate_lines, pending_images, progress, run_estimates
 from .planning.shards import SHARD_GROUP, num_shards, shard_groups
 from .planning.slurm import (
     SlurmPlan,
@@ -104,6 +104,9 @@ class Run:
     slurm : SlurmPlan or None
         The shards and time limits of a run for SLURM
         (`multigeom_workflow.planning.slurm`), None for any other run.
+    runtimes : dict
+        ((encoder, area), index) -> the `runtime` of its jobs on SLURM
+        (`SlurmPlan.runtimes`, computed once); empty elsewhere.
     shards_setting : int or str
         The config key ``shards``.
     """
@@ -113,6 +116,7 @@ class Run:
     sharded: bool = False
     n_shards: int = 0
     slurm: SlurmPlan | None = None
+    runtimes: dict = field(default_factory=dict)
     shards_setting: int | str = "auto"
 
     def runtime_of(self, wildcards) -> int:
@@ -122,14 +126,7 @@ class Run:
         allocation's --time); a job outside the planned shards, one image's limit.
         """
         key = ((wildcards.encoder, wildcards.area), int(wildcards.index))
-        runtimes = self._runtimes
-        return runtimes.get(key, self.slurm.single_minutes())
-
-    @property
-    def _runtimes(self) -> dict:
-        if not hasattr(self, "_runtimes_cache"):
-            self._runtimes_cache = self.slurm.runtimes() if self.slurm else {}
-        return self._runtimes_cache
+        return self.runtimes.get(key, self.slurm.single_minutes())
 
     def shard_of(self, encoder: str, area: str, index: int) -> str:
         """
@@ -284,13 +281,6 @@ def _export_run_settings(workflow, config: dict, scenario: Scenario) -> None:
         os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(allocation_lock_dir(slurm_job)))
 
 
-def _pending_at_parse(scenario: Scenario) -> list[tuple[tuple[str, str], int]]:
-    """The images with a per-image or ceiling file missing now (shard planning)."""
-    from .planning.plan import pending_images
-
-    return pending_images(scenario)
-
-
 def start(workflow, config: dict) -> Run:
     """
     Everything the workflow does when Snakemake parses it, in order: the package
@@ -355,6 +345,8 @@ def start(workflow, config: dict) -> Run:
         )
     except ConfigError as err:
         sys.exit(f"config error: {err}")
+    if run.slurm:
+        run.runtimes = run.slurm.runtimes()
     if run.slurm and not dryrun:
         for line in run.slurm.over_cap():  # a dry run lists them with its plan
             _say(f"warning: {line}")
@@ -364,7 +356,7 @@ def start(workflow, config: dict) -> Run:
             run.shards = run.slurm.groups()
             run.n_shards = max(len(run.slurm.shards), 1)
         else:
-            run.shards = shard_groups(_pending_at_parse(scenario), run.n_shards)
+            run.shards = shard_groups(pending_images(scenario), run.n_shards)
         register_groups(workflow, run)
     if dryrun:
         for line in profile_placeholders(workflow):
@@ -385,8 +377,6 @@ def start(workflow, config: dict) -> Run:
 
 def _modal_estimate_at_parse(workflow, run: Run):
     """The Modal estimate of the per-image files missing now (before the plan)."""
-    from .planning.plan import progress
-
     settings = workflow.resource_settings
     return run_estimates(
         run.scenario,

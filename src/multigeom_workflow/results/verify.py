@@ -291,9 +291,12 @@ def bad_per_image_files(
     return out
 
 
-def _checked_key(path: str | Path) -> str:
-    """A file's size, modification and status-change times (ns), tab-separated."""
-    st = os.stat(path)
+def _checked_key(path: str | Path, st: os.stat_result | None = None) -> str:
+    """
+    A file's size, modification and status-change times (ns), tab-separated (`st`:
+    its `os.stat` when already taken).
+    """
+    st = os.stat(path) if st is None else st
     return f"{st.st_size}\t{st.st_mtime_ns}\t{st.st_ctime_ns}"
 
 
@@ -331,7 +334,7 @@ def changed_since_checked(
             st = os.stat(f)
         except OSError:
             continue
-        if st.st_mtime_ns <= checked_at and known.get(f) != _checked_key(f):
+        if st.st_mtime_ns <= checked_at and known.get(f) != _checked_key(f, st):
             out.append(f)
     return out
 
