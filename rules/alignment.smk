@@ -17,10 +17,12 @@ rule verify_per_image_files:
         "../scripts/verify_per_image_files.py"
 
 
+# Stage 5 reads the per-image files from the check's list (its only input): the files
+# the check found good, and one input instead of every per-image file (each input of
+# each rule costs Snakemake time per file when it plans; rule all lists them).
 rule align_configs:
     localrule: True
     input:
-        per_image=get_per_image_files,
         checked=rules.verify_per_image_files.output[0],
     output:
         report(

@@ -98,11 +98,6 @@ def get_shard(wildcards):
     return RUN.shard_of(wildcards.encoder, wildcards.area, wildcards.index)
 
 
-def get_per_image_files(wildcards=None):
-    """Every per-image file of the run: all configurations, first n_images images."""
-    return SCENARIO.per_image_files()
-
-
 def get_checked_files(wildcards=None):
     """What the check before Stage 5 reads: per-image files and the ceiling's."""
     return [*SCENARIO.per_image_files(), *SCENARIO.ceiling_files()]

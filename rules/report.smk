@@ -8,7 +8,7 @@ rule summarize_run:
     localrule: True
     input:
         metrics=rules.align_configs.output[0],
-        per_image=get_per_image_files,
+        checked=rules.verify_per_image_files.output[0],  # the per-image files
     output:
         metrics=report(
             LAYOUT.result("report/stage5_metrics.html"),

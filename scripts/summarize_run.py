@@ -9,6 +9,7 @@ from multigeom_workflow.results.report import (
     settings_table,
     write_html_table,
 )
+from multigeom_workflow.results.verify import checked_files
 from multigeom_workflow.script_log import job_log
 from multigeom_workflow.settings.layout import parse_image_file
 
@@ -22,7 +23,7 @@ with job_log(snakemake.log[0]):
     )
     configurations = [tuple(c) for c in snakemake.params.configurations]
     files = {c: [] for c in configurations}  # the per-image files, by configuration
-    for f in snakemake.input.per_image:
+    for f in checked_files(snakemake.input.checked):
         encoder, area, _ = parse_image_file(f)
         files[(encoder, area)].append(f)
     progress = progress_table(configurations, files)

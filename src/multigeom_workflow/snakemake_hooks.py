@@ -245,6 +245,26 @@ def _repair_before_planning(scenario: Scenario) -> None:
             )
 
 
+def job_seeds(scenario: Scenario) -> dict[str, int]:
+    """
+    ``"<rule>/<encoder>/<area>"`` -> the seed of the per-image rule's jobs of that
+    configuration: the configuration's (`Scenario.estimator_of`, config key
+    ``monte_carlo_seeds``) for estimate_image, the noise ceiling's
+    (`multigeom_workflow.settings.seeds.ceiling_estimator`) for
+    estimate_image_ceiling: the seeds of the rules' ``params.estimator``.
+    """
+    from .settings.seeds import ceiling_estimator
+
+    ceiling = int(ceiling_estimator(scenario.estimator)["seed"])
+    out = {}
+    for c in scenario.configurations:
+        out[f"{PER_IMAGE_RULES[0]}/{c.encoder}/{c.area}"] = int(
+            scenario.estimator_of(c.encoder, c.area)["seed"]
+        )
+        out[f"{PER_IMAGE_RULES[1]}/{c.encoder}/{c.area}"] = ceiling
+    return out
+
+
 def _export_run_settings(workflow, config: dict, scenario: Scenario) -> None:
     """
     What every per-image job of this run shares, resolved once and handed to them in
@@ -271,6 +291,10 @@ def _export_run_settings(workflow, config: dict, scenario: Scenario) -> None:
             },
             engine=scenario.engine,
             precision=scenario.precision,
+            # what the per-image rules' params hold (rules/estimate.smk, science.smk)
+            estimator=scenario.estimator,
+            seeds=job_seeds(scenario),
+            diffusion=scenario.diffusion,
         ).to_env(),
         MULTIGEOM_SLURM_JOB_ID=slurm_job,
         # a shard submitted by this workflow (not a local run inside an allocation):
@@ -596,8 +620,12 @@ class DryRunEstimate(logging.Handler):
     """
 
     def __init__(self, workflow, run: Run):
+        from snakemake.common import NOTHING_TO_BE_DONE_MSG
+        from snakemake_interface_logger_plugins.common import LogEvent
+
         super().__init__(level=logging.INFO)
         self.workflow, self.run, self.done = workflow, run, False
+        self._run_info, self._nothing = LogEvent.RUN_INFO, NOTHING_TO_BE_DONE_MSG
 
     def install(self) -> None:
         """Attach to Snakemake's logger (``snakemake.logging.logger``)."""
@@ -606,19 +634,20 @@ class DryRunEstimate(logging.Handler):
         logger.addHandler(self)
 
     def emit(self, record: logging.LogRecord) -> None:
-        """On the plan's statistics (or nothing to do): the estimate, once."""
-        from snakemake.common import NOTHING_TO_BE_DONE_MSG
-        from snakemake_interface_logger_plugins.common import LogEvent
-
-        if self.done:
-            return
+        """
+        On the plan's statistics (or nothing to do): the estimate, once. Any other
+        record returns at once (a dry run logs two per job).
+        """
         event = getattr(record, "event", None)
-        nothing = record.getMessage() == NOTHING_TO_BE_DONE_MSG
-        if event != LogEvent.RUN_INFO and not nothing:
+        if event != self._run_info and (
+            event is not None or record.getMessage() != self._nothing
+        ):
+            return
+        if self.done:
             return
         self.done = True
         try:
-            planned = [] if nothing else planned_per_image(self.workflow)
+            planned = [] if event is None else planned_per_image(self.workflow)
             if os.environ.get(PLAN_FILE_ENV):
                 write_plan_file(os.environ[PLAN_FILE_ENV], self.run, planned)
             if self.workflow.output_settings.dryrun:

@@ -1,6 +1,7 @@
 """
 The per-image job of rule estimate_image, run from its ``shell:`` command: build the
-`EstimateRequest` from what the rule knows (wildcards, inputs, output, params), hold a
+`EstimateRequest` from what the rule knows (rule, wildcards, inputs, output) and the
+run's settings (its rule's estimator and diffusion settings among them), hold a
 slot (a GPU, or one of the run's CPU shares), and hand the request to the slot's warm
 worker (``workers: warm``), or compute it here (``workers: cold``).
 
@@ -10,22 +11,21 @@ precision, provenance files) comes resolved from the Snakemake process in
 the job itself costs milliseconds. Output goes to the job's log (the rule redirects
 it).
 
-Usage (as the rule writes it: its wildcards, its input image, encoder and diffusion
-checkpoints, its output, and its params estimator and diffusion, in that order)::
+Usage (as the rule writes it: its rule, its wildcards, its input image, encoder and
+diffusion checkpoints, its output, in that order)::
 
-    python -m multigeom_workflow.compute.client --wildcards
-    area=V1,encoder=onoff,index=0005 \
-        --input IMG ENCODER_CKPT DIFFUSION_CKPT --output OUT \
-        --params "{...estimator...}" "{...diffusion...}" --threads 1
+    python -m multigeom_workflow.compute.client --rule estimate_image \
+        --wildcards area=V1,encoder=onoff,index=0005 \
+        --input IMG ENCODER_CKPT DIFFUSION_CKPT --output OUT --threads 1
 
-A short command with few fields: Snakemake formats it several times per job, also in a
-dry run.
+A short command with few, short fields: Snakemake formats it several times per job,
+also in a dry run. The estimator and diffusion settings (the rule's params) come in
+``MULTIGEOM_RUN`` (`RunSettings.estimator_of`).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import time
 from pathlib import Path
@@ -41,8 +41,8 @@ __all__ = ["main", "parse_args"]
 def parse_args(argv=None) -> tuple[EstimateRequest, int]:
     """
     The request and the thread count of a per-image job, from its command line and the
-    run's settings (``MULTIGEOM_RUN``). The params are Python literals (Snakemake
-    writes a dict so).
+    run's settings (``MULTIGEOM_RUN``: its rule's estimator settings for the
+    configuration, `RunSettings.estimator_of`, and the diffusion settings).
 
     Raises
     ------
@@ -50,18 +50,16 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
         If an argument is missing or malformed (argparse's message).
     """
     p = argparse.ArgumentParser(prog="python -m multigeom_workflow.compute.client")
+    p.add_argument("--rule", default="estimate_image", help="the job's rule")
     p.add_argument("--wildcards", required=True, help="area=..,encoder=..,index=..")
     p.add_argument("--input", nargs=3, required=True, metavar=("IMAGE", "ENC", "DIFF"))
     p.add_argument("--output", required=True)
-    p.add_argument("--params", nargs=2, required=True, type=ast.literal_eval)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     wildcards = dict(item.split("=", 1) for item in args.wildcards.split(","))
-    (image, encoder_ckpt, diffusion_ckpt), (estimator, diffusion) = (
-        args.input,
-        args.params,
-    )
+    image, encoder_ckpt, diffusion_ckpt = args.input
     run = RunSettings.from_env()
+    estimator = run.estimator_of(args.rule, wildcards["encoder"], wildcards["area"])
     request = EstimateRequest(
         image=os.path.abspath(image),
         index=int(wildcards["index"]),
@@ -71,7 +69,7 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
         area=wildcards["area"],
         encoder_ckpt=os.path.abspath(encoder_ckpt),
         diffusion_ckpt=os.path.abspath(diffusion_ckpt),
-        diffusion=diffusion,
+        diffusion=run.diffusion,
         settings_files=run.settings_files,
         # the seed the draws are made from (a noise-ceiling estimate has its own)
         seed=int(estimator["seed"]),  # the run's, or its configuration's

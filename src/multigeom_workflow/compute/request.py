@@ -147,11 +147,21 @@ class RunSettings:
         Name -> settings file, for upstream's provenance record.
     engine, precision : str
         Config keys ``engine`` and ``precision`` (defaults ``"fast"``, ``"fp32"``).
+    estimator : dict
+        The run's estimator settings (the estimator file, its ``seed`` the run's).
+    seeds : dict
+        ``"<rule>/<encoder>/<area>"`` -> the seed of that rule's jobs of that
+        configuration (``monte_carlo_seeds``; the noise ceiling's, moved): see
+        `estimator_of`.
+    diffusion : dict
+        The diffusion model's settings (the diffusion file).
 
     Notes
     -----
-    The seed is not here: a job's seed is in its estimator settings (its rule's
-    params), the one channel it travels through.
+    The per-image rules' params hold the same estimator and diffusion settings, as
+    Snakemake's record of what each file was computed with (a change recomputes);
+    the job reads them here, not from its command line, which Snakemake formats
+    several times per job, in dry runs too (settings dicts are the slowest fields).
     """
 
     run_id: str
@@ -162,6 +172,29 @@ class RunSettings:
     settings_files: dict = field(default_factory=dict)
     engine: str = "fast"
     precision: str = "fp32"
+    estimator: dict = field(default_factory=dict)
+    seeds: dict = field(default_factory=dict)
+    diffusion: dict = field(default_factory=dict)
+
+    def estimator_of(self, rule: str, encoder: str, area: str) -> dict:
+        """
+        The estimator settings of `rule`'s jobs of the configuration (`encoder`,
+        `area`): the run's, with that configuration's seed (``seeds``) — the same
+        dict as the rule's ``params.estimator``.
+
+        Raises
+        ------
+        RuntimeError
+            If the run has no seed for them (a rule or configuration it does not
+            have), naming the key.
+        """
+        key = f"{rule}/{encoder}/{area}"
+        if key not in self.seeds:
+            raise RuntimeError(
+                f"the run ({RUN_ENV}) has no estimator settings for {key!r}: allowed: "
+                f"{', '.join(sorted(self.seeds)) or 'none'}"
+            )
+        return {**self.estimator, "seed": self.seeds[key]}
 
     def to_env(self) -> dict[str, str]:
         """The environment variable that hands these settings to the run's jobs."""

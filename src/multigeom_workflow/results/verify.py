@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from ..settings.layout import parse_image_file
+from ..settings.layout import is_ceiling_file, parse_image_file
 from ..settings.names import N_PIXELS
 
 __all__ = [
@@ -313,6 +313,23 @@ def read_checked(checked: str | Path) -> dict[str, str]:
     return out
 
 
+def checked_files(checked: str | Path, ceiling: bool = False) -> list[str]:
+    """
+    The per-image files the check found good, from its list `checked` (the output of
+    rule verify_per_image_files), in its order: the run's estimates, or with
+    `ceiling` the noise ceiling's second estimates. Stage 5 and the report read these,
+    so that nothing reaches them unchecked.
+
+    Raises
+    ------
+    FileNotFoundError
+        If `checked` does not exist (the check has not run).
+    """
+    lines = Path(checked).read_text().splitlines()
+    files = [line.partition("\t")[0] for line in lines if line]
+    return [f for f in files if is_ceiling_file(f) == ceiling]
+
+
 def changed_since_checked(
     files: Iterable[str | Path], checked: str | Path
 ) -> list[str]:
@@ -416,7 +433,7 @@ def verify_for_stage5(
             index=key.index,
             expected=expected,
             image_file=image_files[key.index],
-            ceiling=f.parent.parent.parent.name == "per_image_ceiling",
+            ceiling=is_ceiling_file(f),
         )
         if problem:
             print(f"bad per-image file {f}: {problem}")

@@ -24,6 +24,7 @@ __all__ = [
     "WILDCARD_CONSTRAINTS",
     "checkpoint_relpath",
     "image_name",
+    "is_ceiling_file",
     "parse_image_file",
     "parse_truth_file",
 ]
@@ -93,6 +94,15 @@ def parse_image_file(path: str | Path) -> ImageKey:
             "letters, digits and _)"
         )
     return ImageKey(match["encoder"], match["area"], int(match["index"]))
+
+
+def is_ceiling_file(path: str | Path) -> bool:
+    """
+    Whether a per-image file is one of the noise ceiling's second estimates
+    (``.../per_image_ceiling/<encoder>/<area>/img0003.pt``), not a run's estimate
+    (``.../per_image/...``): the folder above its configuration's says so.
+    """
+    return Path(path).parent.parent.parent.name == "per_image_ceiling"
 
 
 def parse_truth_file(path: str | Path) -> tuple[str, int]:

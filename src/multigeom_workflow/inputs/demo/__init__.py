@@ -9,37 +9,33 @@ from seeds, in upstream's run layout, one module per job.
   surface in the run's output.
 * `truth`: the ground truth of each area, its Fisher information per test image.
 
-The public names of the four are listed here too (the rules read
-`encoder_warnings` from this package).
+The public names of the four are listed here too, each imported when first used:
+the Snakefile reads `encoder_warnings` at parse time without importing torch.
 """
 
-from .data import (
-    TEACHERS,
-    cut_training_crops,
-    export_photo,
-    load_teacher,
-    simulate_area,
-)
-from .diagnostics import conditioning_sensitivity, encoder_warnings
-from .training import (
-    build_demo_encoder,
-    fit_demo_encoder,
-    train_backbone,
-    train_demo_diffusion,
-)
-from .truth import area_fisher
+import importlib
 
-__all__ = [
-    "TEACHERS",
-    "area_fisher",
-    "build_demo_encoder",
-    "conditioning_sensitivity",
-    "cut_training_crops",
-    "encoder_warnings",
-    "export_photo",
-    "fit_demo_encoder",
-    "load_teacher",
-    "simulate_area",
-    "train_backbone",
-    "train_demo_diffusion",
-]
+# each public name and its module, imported when first used (PEP 562): the Snakefile
+# reads `encoder_warnings` at parse time, and that must not import torch
+_MODULE_OF = {
+    "TEACHERS": "data",
+    "cut_training_crops": "data",
+    "export_photo": "data",
+    "load_teacher": "data",
+    "simulate_area": "data",
+    "conditioning_sensitivity": "diagnostics",
+    "encoder_warnings": "diagnostics",
+    "build_demo_encoder": "training",
+    "fit_demo_encoder": "training",
+    "train_backbone": "training",
+    "train_demo_diffusion": "training",
+    "area_fisher": "truth",
+}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)

@@ -6,8 +6,12 @@ prediction depend on the responses at all).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["conditioning_sensitivity", "encoder_warnings"]
 
@@ -60,7 +64,6 @@ def encoder_warnings(
     ]
 
 
-@torch.no_grad()
 def conditioning_sensitivity(
     encoder,
     unet,
@@ -103,8 +106,20 @@ def conditioning_sensitivity(
         ``timesteps``, ``pair`` and ``other_image`` (one value per timestep), and their
         means ``pair_mean``, ``other_image_mean``.
     """
+    import torch  # here: encoder_warnings is read at parse time, without torch
+
     encoder.eval()
     unet.eval()
+    with torch.no_grad():
+        return _sensitivity(
+            encoder, unet, alphas_cumprod, images, timesteps, sigma, seed
+        )
+
+
+def _sensitivity(encoder, unet, alphas_cumprod, images, timesteps, sigma, seed):
+    """`conditioning_sensitivity`'s computation, gradients off."""
+    import torch
+
     gen = torch.Generator().manual_seed(seed)
     mu = encoder(images)
     pair, other = [], []
