@@ -39,8 +39,6 @@ rule estimate_image:
         diffusion=SCENARIO.diffusion,
     log:
         LAYOUT.job_log_pattern("estimate_image"),
-    benchmark:
-        LAYOUT.job_benchmark_pattern("estimate_image")
     group:
         get_shard if RUN.sharded else None
     threads: 1

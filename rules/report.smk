@@ -1,7 +1,7 @@
 # The run's tables for its Snakemake report (`snakemake --report report.html`): Stage
-# 5's metrics, per-configuration progress and seconds per image (from the per-image
-# jobs' benchmark files, read as they are: never an input, so a missing benchmark
-# recomputes nothing), and the settings of the run. Captions: report/*.rst.
+# 5's metrics, per-configuration progress and seconds per image (each per-image file's
+# elapsed_seconds, as the check's list records them: no file is read again), and the
+# settings of the run. Captions: report/*.rst.
 
 
 rule summarize_run:

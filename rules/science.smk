@@ -15,8 +15,6 @@ use rule estimate_image as estimate_image_ceiling with:
         diffusion=SCENARIO.diffusion,
     log:
         LAYOUT.job_log_pattern("estimate_image_ceiling"),
-    benchmark:
-        LAYOUT.job_benchmark_pattern("estimate_image_ceiling")
 
 
 # A profile's `set-resources` for estimate_image hold for these jobs too.

@@ -9,7 +9,7 @@ from multigeom_workflow.results.report import (
     settings_table,
     write_html_table,
 )
-from multigeom_workflow.results.verify import checked_files
+from multigeom_workflow.results.verify import checked_files, checked_seconds
 from multigeom_workflow.script_log import job_log
 from multigeom_workflow.settings.layout import parse_image_file
 
@@ -26,7 +26,8 @@ with job_log(snakemake.log[0]):
     for f in checked_files(snakemake.input.checked):
         encoder, area, _ = parse_image_file(f)
         files[(encoder, area)].append(f)
-    progress = progress_table(configurations, files)
+    seconds = checked_seconds(snakemake.input.checked)
+    progress = progress_table(configurations, files, seconds)
     write_html_table(
         [("per configuration", progress)],
         snakemake.output.progress,

@@ -195,14 +195,12 @@ def test_configuration_label_round_trip_and_bad_label():
 
 
 @pytest.mark.parametrize("rule", ["estimate_image", "estimate_image_ceiling"])
-def test_job_log_and_benchmark_patterns_mirror_the_output(rule):
-    """A per-image job's log and benchmark file name its rule and wildcards."""
+def test_job_log_pattern_mirrors_the_output(rule):
+    """A per-image job's log names its rule and wildcards."""
     log = RunLayout.job_log_pattern(rule)
-    bench = RunLayout.job_benchmark_pattern(rule)
     assert log == f"logs/{rule}/{{encoder}}/{{area}}/img{{index}}.log"
-    assert bench == f"logs/benchmarks/{rule}/{{encoder}}/{{area}}/img{{index}}.tsv"
-    filled = bench.format(encoder="onoff", area="V1", index="0007")
-    assert pattern_regex(bench).match(filled).groupdict() == {
+    filled = log.format(encoder="onoff", area="V1", index="0007")
+    assert pattern_regex(log).match(filled).groupdict() == {
         "encoder": "onoff",
         "area": "V1",
         "index": "0007",

@@ -19,7 +19,6 @@ import pytest
 from conftest import CONFIGURATIONS, run_snakemake
 
 from multigeom_workflow.results.report import (
-    benchmark_seconds,
     metrics_table,
     progress_table,
     settings_table,
@@ -165,26 +164,31 @@ def test_metrics_table_columns_and_chance():
     assert table.loc[0, "chance_5"] == pytest.approx(0.05)
 
 
-def test_progress_table_reads_benchmarks(tmp_path):
+def test_progress_table_reads_the_seconds_the_check_recorded(tmp_path):
+    """The seconds per image are the files' elapsed_seconds, as the check's list
+    (verify_for_stage5's output) records them; a list of an older version (no
+    seconds column) gives NaN, not an error."""
+    from multigeom_workflow.results.verify import checked_seconds, read_checked
+
     files = []
     for i in range(3):
-        f = tmp_path / "runs" / "e" / "a" / f"img{i:04d}.pt"
+        f = tmp_path / "runs" / "per_image" / "e" / "a" / f"img{i:04d}.pt"
         f.parent.mkdir(parents=True, exist_ok=True)
         if i < 2:
             f.write_bytes(b"x")
         files.append(str(f))
-    bench = tmp_path / "bench" / "e" / "a"
-    bench.mkdir(parents=True)
-    for i, s in [(0, 2.0), (1, 6.0)]:  # Snakemake's benchmark layout
-        (bench / f"img{i:04d}.tsv").write_text(
-            f"s\th:m:s\tmax_rss\n{s}\t0:00:0{int(s)}\t10.0\n"
-        )
-    table = progress_table([("e", "a")], {("e", "a"): files}, tmp_path / "bench")
+    checked = tmp_path / "per_image_checked.tsv"
+    checked.write_text(
+        f"{files[0]}\t1\t2\t3\t2.0\n{files[1]}\t1\t2\t3\t6.0\n{files[2]}\t1\t2\t3\n"
+    )
+    seconds = checked_seconds(checked)
+    assert seconds == {files[0]: 2.0, files[1]: 6.0}
+    assert read_checked(checked)[files[0]] == "1\t2\t3"  # the key, seconds apart
+    table = progress_table([("e", "a")], {("e", "a"): files}, seconds)
     row = table.iloc[0]
-    assert (row.images_done, row.images, row.benchmarked) == (2, 3, 2)
+    assert (row.images_done, row.images, row.timed) == (2, 3, 2)
     assert (row.median_s, row.min_s, row.max_s) == (4.0, 2.0, 6.0)
-    assert benchmark_seconds(tmp_path / "missing.tsv") is None
-    empty = progress_table([("e", "b")], {("e", "b"): []}, tmp_path / "bench")
+    empty = progress_table([("e", "b")], {("e", "b"): []}, seconds)
     assert math.isnan(empty.iloc[0].median_s)
 
 

@@ -24,6 +24,8 @@ def test_every_internal_in_use_is_named():
         "global_resources",
         "needrun_jobs",
         "RUN_INFO",
+        "cli_evaluator",
+        "register_in_globals",
     ):
         assert needle in source
         assert any(needle in name for name in hooks.INTERNALS), needle
@@ -54,6 +56,59 @@ def test_the_internals_exist_in_the_installed_snakemake():
     # the statistics are logged once the plan is built, in a dry run too
     execute = inspect.getsource(Workflow.execute)
     assert "event=LogEvent.RUN_INFO" in execute and "# the dryrun case" in execute
+
+
+def test_constant_set_resources_are_evaluated_once_to_snakemake_s_value():
+    """A profile's set-resources that read nothing of the job become plain values,
+    equal to Snakemake's own evaluation; those that read the job stay expressions."""
+    import snakemake.api  # noqa: F401  (first, as the CLI does)
+    from snakemake.iocontainers import Wildcards
+    from snakemake.resources import Resource, Resources
+
+    given = {
+        "mem_mb": "16000",
+        "slurm_partition": "SET-your-gpu-partition",
+        "slurm_account": "'lab'",
+        "mpi": '""',
+        "cpus_per_gpu": "2 * 2",
+        "runtime": "60 * attempt",
+        "tmpdir": "system_tmpdir",
+        "slurm_extra": "wildcards.encoder",
+        "bad": "1 / 0",
+    }
+    rule = SimpleNamespace(
+        resources=Resources(
+            {k: Resource.from_cli_expression(k, v) for k, v in given.items()}
+        )
+    )
+    wildcards = Wildcards(fromdict={"encoder": "inception"})
+
+    def snakemake_value(res, attempt=1):  # as Snakemake evaluates a job's resource
+        return res.evaluate(
+            wildcards=wildcards,
+            input=(),
+            attempt=attempt,
+            threads=1,
+            rulename="estimate_image",
+            async_run=None,
+        ).value
+
+    before = {k: snakemake_value(r) for k, r in rule.resources.items() if k != "bad"}
+    hooks.settle_constant_resources(rule)
+    settled = {k for k, r in rule.resources.items() if not r.is_evaluable()}
+    assert settled == {
+        "mem_mb",
+        "slurm_partition",
+        "slurm_account",
+        "mpi",
+        "cpus_per_gpu",
+    }
+    after = {k: snakemake_value(r) for k, r in rule.resources.items() if k != "bad"}
+    assert after == before
+    assert after["mem_mb"] == 16000 and after["mpi"] == ""
+    assert after["slurm_partition"] == "SET-your-gpu-partition"
+    assert snakemake_value(rule.resources["runtime"], attempt=2) == 120
+    assert rule.resources["bad"].is_evaluable()  # its error stays Snakemake's
 
 
 def scenario(n_images=4, ceiling_images=1, configs=(("a", "V1"), ("b", "V1"))):

@@ -82,6 +82,9 @@ INTERNALS = {
     "workflow.executor_settings.status_command": "the SLURM plugin's status query",
     "workflow.dag.needrun_jobs": "the per-image jobs Snakemake will run",
     "rule.resources": "the ceiling's rule shares estimate_image's set-resources",
+    "Resource.cli_evaluator": "set-resources that read nothing of the job, once",
+    "Resource.raw": "a set-resources value as written",
+    "snakemake.ioutils.register_in_globals": "names a resource expression may read",
     "snakemake.logging.logger RUN_INFO record": "the moment the plan is built",
 }
 
@@ -482,6 +485,56 @@ def share_resources(workflow, name: str) -> None:
     target.resources.update(
         Resources({name: r for name, r in shared.items() if name not in own})
     )
+    for rule in PER_IMAGE_RULES:
+        settle_constant_resources(workflow.get_rule(rule))
+
+
+#: What a resource expression of the command line or a profile (`set-resources`,
+#: `default-resources`) may read of its job, besides snakemake.ioutils' functions
+#: (`snakemake.resources.Resource.cli_evaluator`'s namespace, Snakemake 9).
+JOB_NAMES = {"wildcards", "input", "attempt", "threads", "async_run"}
+
+
+def settle_constant_resources(rule) -> None:
+    """
+    Evaluate once, at parse time, each resource of `rule` that a profile or the command
+    line gave as an expression reading nothing of its job (``mem_mb=16000``,
+    ``slurm_partition=gpu``, ``mpi=""``; not ``mem_mb=8000*attempt``): Snakemake
+    would evaluate it again for every job (for 40,000 per-image jobs, seconds of
+    a dry run), to the same value. The value is the one Snakemake's own evaluation
+    (`Resource.cli_evaluator`) gives; expressions that read the job, or an ioutils
+    function, or system_tmpdir, stay as they are.
+    """
+    import ast
+
+    import snakemake.ioutils
+    from snakemake.resources import Resource
+
+    namespace = {}
+    snakemake.ioutils.register_in_globals(namespace)
+    reads_job = JOB_NAMES | set(namespace) | {"system_tmpdir", "shutil"}
+    for name, res in list(rule.resources.items()):
+        raw = res.raw
+        if name.startswith("_") or not res.is_evaluable() or not isinstance(raw, str):
+            continue
+        expr = os.path.expanduser(os.path.expandvars(raw))
+        try:
+            tree = ast.parse(expr, mode="eval")
+        except SyntaxError:
+            tree = None  # Snakemake takes such a value as the string itself
+        if tree is not None and any(
+            isinstance(node, ast.Name) and node.id in reads_job
+            for node in ast.walk(tree)
+        ):
+            continue
+        try:
+            value = Resource.cli_evaluator(
+                name, raw, wildcards=None, input=(), attempt=1, async_run=None
+            )
+            settled = Resource(name, value, raw=raw)
+        except Exception:  # Snakemake names the error at the job, as it would
+            continue
+        rule.resources[name] = settled
 
 
 def profile_placeholders(workflow) -> list[str]:

@@ -4,9 +4,9 @@ metrics, the progress and seconds per image of every configuration, the run's se
 
 Each table is written as a small HTML page (Snakemake's report shows HTML results in
 place) and the metrics also as CSV. Everything is read from files a run leaves: Stage
-5's metrics file, the per-image files, and the per-job benchmark files of Snakemake
-(``logs/benchmarks/estimate_image/<encoder>/<area>/img<i>.tsv``, column ``s``:
-wall-clock seconds of the job). Nothing is recomputed.
+5's metrics file, and the check's list of the per-image files
+(``metrics/per_image_checked.tsv``), which records each file's ``elapsed_seconds``
+(upstream's estimate of the image). Nothing is recomputed.
 
 References
 ----------
@@ -31,7 +31,6 @@ from .figure import comparison_kind
 
 __all__ = [
     "REPORT_KS",
-    "benchmark_seconds",
     "metrics_table",
     "progress_table",
     "settings_table",
@@ -86,22 +85,13 @@ def metrics_table(metrics: dict, n_pixels: int = N_PIXELS) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-def benchmark_seconds(path: str | Path) -> float | None:
-    """The wall-clock seconds (column ``s``) of a Snakemake benchmark file, or None."""
-    try:
-        table = pd.read_csv(path, sep="\t")
-        return float(table["s"].iloc[-1])
-    except (OSError, KeyError, IndexError, ValueError, pd.errors.ParserError):
-        return None
-
-
 def progress_table(
     configurations: Iterable[tuple[str, str]],
     per_image_files: dict[tuple[str, str], list[str]],
-    benchmarks_dir: str | Path = "logs/benchmarks/estimate_image",
+    seconds: dict[str, float],
 ) -> pd.DataFrame:
     """
-    Per configuration: images done, seconds per image from Snakemake's benchmarks.
+    Per configuration: images done, and seconds per image of the estimator.
 
     Parameters
     ----------
@@ -109,42 +99,32 @@ def progress_table(
         (encoder, area) of the run, in order.
     per_image_files : dict
         (encoder, area) -> the run's per-image files of that configuration.
-    benchmarks_dir : path
-        Folder of the per-image rule's benchmark files
-        (``<encoder>/<area>/img<i>.tsv``).
+    seconds : dict
+        Per-image file -> its ``elapsed_seconds`` (seconds of upstream's estimate of
+        the image, on the device that computed it;
+        `multigeom_workflow.results.verify.checked_seconds`).
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``configuration``, ``images_done``, ``images``, ``benchmarked`` (jobs
-        with a benchmark file: images computed elsewhere, e.g. a copied run, have
-        none), ``median_s``, ``mean_s``, ``min_s``, ``max_s`` (wall-clock seconds of a
-        per-image job: Snakemake's process, waiting for a GPU, the estimate itself);
-        NaN where there is no benchmark.
+        Columns ``configuration``, ``images_done``, ``images``, ``timed`` (files that
+        record their seconds), ``median_s``, ``mean_s``, ``min_s``, ``max_s``
+        (seconds of the estimate of one image); NaN where no file records them.
     """
     rows = []
     for enc, area in configurations:
         files = per_image_files[(enc, area)]
-        seconds = [
-            s
-            for f in files
-            if (
-                s := benchmark_seconds(
-                    Path(benchmarks_dir, enc, area, Path(f).stem + ".tsv")
-                )
-            )
-            is not None
-        ]
+        timed = [seconds[f] for f in files if f in seconds]
         rows.append(
             {
                 "configuration": f"{enc}/{area}",
                 "images_done": sum(os.path.exists(f) for f in files),
                 "images": len(files),
-                "benchmarked": len(seconds),
-                "median_s": statistics.median(seconds) if seconds else float("nan"),
-                "mean_s": statistics.fmean(seconds) if seconds else float("nan"),
-                "min_s": min(seconds) if seconds else float("nan"),
-                "max_s": max(seconds) if seconds else float("nan"),
+                "timed": len(timed),
+                "median_s": statistics.median(timed) if timed else float("nan"),
+                "mean_s": statistics.fmean(timed) if timed else float("nan"),
+                "min_s": min(timed) if timed else float("nan"),
+                "max_s": max(timed) if timed else float("nan"),
             }
         )
     return pd.DataFrame(rows)

@@ -145,7 +145,7 @@ def _tensor_problem(d: dict, key: str, shape: tuple[int, ...]) -> str | None:
     return None
 
 
-def check_per_image_file(
+def inspect_per_image_file(
     path: str | Path,
     *,
     encoder: str,
@@ -154,9 +154,11 @@ def check_per_image_file(
     expected: Expected,
     image_file: str | Path | None = None,
     ceiling: bool = False,
-) -> str | None:
+) -> tuple[str | None, dict | None]:
     """
-    The problem of a per-image file in a few words, or None when it is good.
+    The problem of a per-image file in a few words (None when it is good), and its
+    dict when it loads (None when it does not): `check_per_image_file`'s check, for a
+    reader that needs the file's values too (its ``elapsed_seconds``).
 
     Parameters
     ----------
@@ -178,25 +180,25 @@ def check_per_image_file(
 
     Returns
     -------
-    str or None
+    (str or None, dict or None)
     """
     import torch
 
     path = Path(path)
     if not path.is_file():
-        return "is missing"
+        return "is missing", None
     if path.stat().st_size == 0:
-        return "is empty (0 bytes)"
+        return "is empty (0 bytes)", None
     try:
         d = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # truncated zip, pickle errors, ...
         reason = " ".join(str(err).split())[:120]
-        return f"does not load ({type(err).__name__}: {reason})"
+        return f"does not load ({type(err).__name__}: {reason})", None
     if not isinstance(d, dict):
-        return f"holds a {type(d).__name__}, not upstream's per-image dict"
+        return f"holds a {type(d).__name__}, not upstream's per-image dict", None
     missing = [k for k in PER_IMAGE_KEYS if k not in d]
     if missing:
-        return f"has no {', '.join(missing)}"
+        return f"has no {', '.join(missing)}", d
     k = expected.top_k
     for key, shape in (
         ("G_eigenvalues", (k,)),
@@ -207,13 +209,13 @@ def check_per_image_file(
     ):
         problem = _tensor_problem(d, key, shape)
         if problem:
-            return problem
+            return problem, d
     own = (d["encoder_name"], d["area"], d["img_idx"])
     if own != (encoder, area, index):
         return (
             f"belongs to {own[0]}/{own[1]} image {own[2]}, not {encoder}/{area} "
             f"image {index}"
-        )
+        ), d
     if image_file is not None:
         from ..inputs.images import load_test_image
 
@@ -224,15 +226,15 @@ def check_per_image_file(
         if x is not None and not torch.allclose(
             d["image"].reshape(x.shape), x, rtol=0, atol=1e-6
         ):
-            return f"was made from another image than {str(image_file)!r}"
+            return f"was made from another image than {str(image_file)!r}", d
     if not isinstance(d["sigma"], (int, float)) or not math.isclose(
         float(d["sigma"]), expected.sigma, rel_tol=1e-9
     ):
-        return f"was made with sigma = {d['sigma']}, the run's is {expected.sigma}"
+        return f"was made with sigma = {d['sigma']}, the run's is {expected.sigma}", d
     prov = d["provenance"] if isinstance(d["provenance"], dict) else {}
     seed = expected.seed_of(encoder, area, ceiling)
     if "seed" in prov and prov["seed"] != seed:
-        return f"was made with seed {prov['seed']}, the run's is {seed}"
+        return f"was made with seed {prov['seed']}, the run's is {seed}", d
     for name in ("estimator", "diffusion"):
         want = getattr(expected, name)
         record = (prov.get("configs") or {}).get(name)
@@ -242,8 +244,33 @@ def check_per_image_file(
             return (
                 f"was made with other {name} settings ({record.get('path', '?')}) "
                 "than the run's"
-            )
-    return None
+            ), d
+    return None, d
+
+
+def check_per_image_file(
+    path: str | Path,
+    *,
+    encoder: str,
+    area: str,
+    index: int,
+    expected: Expected,
+    image_file: str | Path | None = None,
+    ceiling: bool = False,
+) -> str | None:
+    """
+    The problem of a per-image file in a few words, or None when it is good
+    (`inspect_per_image_file`'s parameters).
+    """
+    return inspect_per_image_file(
+        path,
+        encoder=encoder,
+        area=area,
+        index=index,
+        expected=expected,
+        image_file=image_file,
+        ceiling=ceiling,
+    )[0]
 
 
 def run_files(scenario) -> list[tuple[str, str, str, int, bool]]:
@@ -300,16 +327,40 @@ def _checked_key(path: str | Path, st: os.stat_result | None = None) -> str:
     return f"{st.st_size}\t{st.st_mtime_ns}\t{st.st_ctime_ns}"
 
 
-def read_checked(checked: str | Path) -> dict[str, str]:
-    """The list `verify_for_stage5` wrote: {path: its `_checked_key` when checked}."""
+def _checked_rows(checked: str | Path) -> dict[str, tuple[str, str]]:
+    """
+    The list `verify_for_stage5` wrote, {path: (its `_checked_key` when checked, its
+    ``elapsed_seconds`` as written, "" when unknown)}; {} when there is none.
+    """
     try:
         lines = Path(checked).read_text().splitlines()
     except OSError:
         return {}
     out = {}
     for line in lines:
-        path, _, key = line.partition("\t")
-        out[path] = key
+        path, *fields = line.split("\t")
+        if path:
+            out[path] = ("\t".join(fields[:3]), (fields[3:] or [""])[0])
+    return out
+
+
+def read_checked(checked: str | Path) -> dict[str, str]:
+    """The list `verify_for_stage5` wrote: {path: its `_checked_key` when checked}."""
+    return {path: key for path, (key, _) in _checked_rows(checked).items()}
+
+
+def checked_seconds(checked: str | Path) -> dict[str, float]:
+    """
+    {path: the estimator's ``elapsed_seconds`` (seconds of upstream's per-image
+    estimate, as the file records it)} of the checked files that record it, from the
+    check's list `checked` (the report's seconds per image: no file is read again).
+    """
+    out = {}
+    for path, (_, seconds) in _checked_rows(checked).items():
+        try:
+            out[path] = float(seconds)
+        except ValueError:
+            continue  # a list of an older version, or a file without the record
     return out
 
 
@@ -325,9 +376,9 @@ def checked_files(checked: str | Path, ceiling: bool = False) -> list[str]:
     FileNotFoundError
         If `checked` does not exist (the check has not run).
     """
-    lines = Path(checked).read_text().splitlines()
-    files = [line.partition("\t")[0] for line in lines if line]
-    return [f for f in files if is_ceiling_file(f) == ceiling]
+    if not Path(checked).is_file():
+        raise FileNotFoundError(f"the check's list {str(checked)!r} does not exist")
+    return [f for f in _checked_rows(checked) if is_ceiling_file(f) == ceiling]
 
 
 def changed_since_checked(
@@ -383,9 +434,10 @@ def refresh_checked(checked: str | Path, good: Iterable[str | Path]) -> None:
     if not good:
         return
     st = os.stat(checked)
-    keys = read_checked(checked)
-    keys.update({path: _checked_key(path) for path in sorted(good)})
-    rows = [f"{path}\t{key}" for path, key in keys.items()]
+    rows = _checked_rows(checked)
+    for path in sorted(good):
+        rows[path] = (_checked_key(path), rows.get(path, ("", ""))[1])
+    rows = [f"{path}\t{key}\t{seconds}" for path, (key, seconds) in rows.items()]
     with atomic_path(checked) as tmp:
         Path(tmp).write_text("\n".join(rows) + "\n")
     os.utime(checked, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -401,7 +453,8 @@ def verify_for_stage5(
     Check every per-image file Stage 5 will read, the noise ceiling's second estimates
     too (the job before Stage 5, so that a bad file stops the run before Snakemake
     deletes the previous metrics); write `out`, the list of the good files (path, then
-    `_checked_key`: bytes, modification and status-change times), when all are good.
+    `_checked_key`: bytes, modification and status-change times, then the file's
+    ``elapsed_seconds``: the report's seconds per image), when all are good.
 
     Parameters
     ----------
@@ -426,7 +479,7 @@ def verify_for_stage5(
     rows, bad = [], []
     for f in map(Path, per_image_files):
         key = parse_image_file(f)
-        problem = check_per_image_file(
+        problem, d = inspect_per_image_file(
             f,
             encoder=key.encoder,
             area=key.area,
@@ -439,7 +492,9 @@ def verify_for_stage5(
             print(f"bad per-image file {f}: {problem}")
             bad.append((f, problem))
         else:
-            rows.append(f"{f}\t{_checked_key(f)}")
+            seconds = d.get("elapsed_seconds")
+            seconds = f"{float(seconds)!r}" if isinstance(seconds, (int, float)) else ""
+            rows.append(f"{f}\t{_checked_key(f)}\t{seconds}")
     if bad:
         set_aside(f for f, _ in bad)
         first, problem = bad[0]

@@ -202,14 +202,6 @@ class RunLayout:
         """A per-image rule's log, ``logs/<rule>/{encoder}/{area}/img{index}.log``."""
         return f"logs/{rule}/{{encoder}}/{{area}}/img{{index}}.log"
 
-    @staticmethod
-    def job_benchmark_pattern(rule: str) -> str:
-        """
-        A per-image rule's Snakemake benchmark file,
-        ``logs/benchmarks/<rule>/{encoder}/{area}/img{index}.tsv``.
-        """
-        return f"logs/benchmarks/{rule}/{{encoder}}/{{area}}/img{{index}}.tsv"
-
     # --- concrete paths ----------------------------------------------------------
 
     def per_image_file(self, encoder: str, area: str, index: int) -> str:
