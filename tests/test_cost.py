@@ -223,3 +223,20 @@ def test_dry_run_prints_the_estimate_before_the_jobs(tmp_path):
     # Over budget: the dry run warns, and is not refused.
     assert block[11].startswith("warning: budget: the run is estimated at 0.18 USD")
     assert planned_jobs(result)["estimate_image"] == 12
+
+
+def test_modal_estimate_counts_the_containers_the_shards_fill():
+    """Fewer images left than containers: one container per shard, not 10 (nor one
+    per computation): 2 images left, each with its noise ceiling's second estimate
+    (4 computations), make 2 shards of one image, each with 2 computations."""
+    from multigeom_workflow.planning.plan import modal_estimate
+    from multigeom_workflow.scenario import validated_scenario
+
+    s = validated_scenario(yaml.safe_load(TINY_CONFIG.read_text()), REPO)
+    c = s.configurations[0]
+    done = {(c.encoder, c.area): (0, 4)}
+    pending = [((c.encoder, c.area), 0), ((c.encoder, c.area), 1)]
+    est = modal_estimate(s, done, [], nodes=10, pending=pending)
+    assert est.workers == 2
+    assert est.startups == 2
+    assert est.wall_seconds == pytest.approx(est.device_seconds / 2)

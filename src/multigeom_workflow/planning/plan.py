@@ -230,6 +230,7 @@ def modal_estimate(
         if pending is None:
             pending = pending_images(scenario)
         shards = make_shards(pending, containers)
+        containers = max(len(shards), 1)  # fewer images left than containers: fewer
         n_start = sum(len({config for config, _ in shard}) for shard in shards)
         startup_source = (
             f"upstream's figure; one per shard and configuration, {len(shards)} "
