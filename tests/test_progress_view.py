@@ -90,6 +90,8 @@ def test_plain_lines_when_not_a_terminal(tmp_path, monkeypatch):
 
 
 def test_no_view_in_a_dry_run(tmp_path, monkeypatch):
+    """A dry run has no view, and Snakemake's own stream handler writes its messages
+    (the plugin says it does not write to the stream, and writes nothing)."""
     monkeypatch.setattr(live_view, "PLAN", make_plan(tmp_path, {"a/V1": 0}))
     out = io.StringIO()
     monkeypatch.setattr(sys, "stderr", out)
@@ -97,4 +99,34 @@ def test_no_view_in_a_dry_run(tmp_path, monkeypatch):
     handler.setFormatter(logging.Formatter("%(message)s"))
     handler.emit(logging.makeLogRecord({"msg": "Job stats:"}))
     handler.close()
-    assert out.getvalue() == "Job stats:\n"
+    assert out.getvalue() == ""
+    assert handler.writes_to_stream is False
+    real = LogHandler(SimpleNamespace(stdout=False, dryrun=False), None)
+    assert real.writes_to_stream is True
+    real.close()
+
+
+def test_a_dry_run_prints_the_same_with_and_without_the_plugin(tmp_path):
+    """`snakemake -n --logger multigeom` prints the lines `snakemake -n` prints (times,
+    the workflow's id and command apart; Snakemake orders a job's missing files and
+    the jobs themselves as its sets do): Snakemake's own handler writes both."""
+    import re
+
+    from conftest import run_snakemake
+
+    outs = []
+    for extra in ([], ["--logger", "multigeom"]):
+        done = run_snakemake(tmp_path, "-n", *extra)
+        assert done.returncode == 0, done.stderr[-2000:]
+        text = done.stdout + done.stderr
+        text = re.sub(r"\d\d:\d\d:\d\d", "hh:mm:ss", text)  # the dates
+        text = re.sub(r"Workflow ID: \S+", "Workflow ID: -", text)
+        lines = [
+            " ".join(sorted(re.split(r"[,;]?\s+", line))) if "reason:" in line else line
+            for line in text.splitlines()
+            if "Command:" not in line
+        ]
+        outs.append(sorted(lines))
+    assert "rule estimate_image:" in outs[0]
+    assert len(outs[0]) > 100
+    assert outs[1] == outs[0]
