@@ -10,16 +10,15 @@
 import shlex
 import sys
 
-# The per-image job's command, for any rule with the wildcards, inputs (image, encoder,
-# diffusion), output, log and threads of estimate_image. Few, short fields: Snakemake
+# The per-image job's command, for any rule with the inputs (image, encoder,
+# diffusion), output, log and threads of estimate_image; the output's path names the
+# rule, the configuration and the image (settings.layout). Few, short fields: Snakemake
 # formats it several times per job, in dry runs too. The params are Snakemake's record
 # of the settings (a change recomputes); the job reads the same settings, by its rule
 # and configuration, from the run's (multigeom_workflow.compute.request.RunSettings).
 ESTIMATE_IMAGE_SHELL = (
     f"{shlex.quote(sys.executable)} -m multigeom_workflow.compute.client"
-    " --rule {rule} --wildcards {wildcards}"
-    " --input {input:q} --output {output:q} --threads {threads}"
-    " > {log:q} 2>&1"
+    " --input {input:q} --output {output:q} --threads {threads} > {log:q} 2>&1"
 )
 
 

@@ -235,6 +235,47 @@ def test_request_json_round_trip():
         RunSettings.from_env({})
 
 
+def test_a_job_reads_its_rule_and_settings_from_its_output_and_the_run(monkeypatch):
+    """The per-image job's command holds no settings: its output's path names the rule
+    (per_image/ or per_image_ceiling/), the configuration and the image, and the run's
+    settings give that rule's estimator settings for the configuration."""
+    from multigeom_workflow.compute.client import parse_args
+
+    run = RunSettings(
+        run_id="1",
+        device="cpu",
+        estimator={"seed": 42, "top_k": 5},
+        seeds={
+            "estimate_image/onoff/V1": 7,
+            "estimate_image_ceiling/onoff/V1": 42 + 10**6,
+        },
+        diffusion={"T": 1000},
+    )
+    monkeypatch.setenv(RUN_ENV, run.to_env()[RUN_ENV])
+    inputs = ["--input", "img.png", "enc.pt", "diff.pt"]
+    first, threads = parse_args(
+        [*inputs, "--output", "runs/per_image/onoff/V1/img0005.pt", "--threads", "3"]
+    )
+    assert (first.encoder_name, first.area, first.index, threads) == (
+        "onoff",
+        "V1",
+        5,
+        3,
+    )
+    assert first.estimator == {"seed": 7, "top_k": 5} and first.seed == 7
+    assert first.diffusion == {"T": 1000}
+    second, _ = parse_args(
+        [*inputs, "--output", "runs/per_image_ceiling/onoff/V1/img0005.pt"]
+    )
+    assert second.seed == 42 + 10**6
+    with pytest.raises(SystemExit):  # not a per-image file's path
+        parse_args([*inputs, "--output", "runs/img5.pt"])
+    with pytest.raises(
+        RuntimeError, match="no estimator settings for 'estimate_image/b/V1'"
+    ):
+        parse_args([*inputs, "--output", "runs/per_image/b/V1/img0005.pt"])
+
+
 def test_request_from_json_gives_the_warm_workers_tensors(tiny_run, monkeypatch):
     """The warm worker's file (the reduced demo) = the request computed here from its
     JSON, as a cold job or a Modal container computes it."""

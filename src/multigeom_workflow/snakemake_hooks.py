@@ -29,7 +29,6 @@ from pathlib import Path
 from .compute.gpus import allocation_lock_dir
 from .compute.request import RunSettings
 from .compute.workers import clean_after_killed_runs
-from .inputs.images import resize_notice
 from .on_modal.preflight import before_modal_run
 from .planning.content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
 from .planning.cost import budget_problem
@@ -52,6 +51,7 @@ from .results.verify import (
 )
 from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import resolve_settings_file
+from .settings.names import PER_IMAGE_RULES
 
 __all__ = [
     "INTERNALS",
@@ -65,8 +65,6 @@ __all__ = [
     "start",
 ]
 
-#: The rules whose jobs are per-image computations (rules/estimate.smk, science.smk).
-PER_IMAGE_RULES = ("estimate_image", "estimate_image_ceiling")
 #: How a profile marks a value its user must set (profiles/slurm): a run refuses it.
 PLACEHOLDER_PREFIX = "SET-"
 #: Where `multigeom-workflow progress` asks a dry run to write its plan (JSON).
@@ -337,17 +335,9 @@ def start(workflow, config: dict) -> Run:
     if dryrun:
         for problem in scenario.blockers:
             _say(f"warning: {problem}")
-    resized = (
-        resize_notice(scenario.test_image_files[: scenario.n_images])
-        if scenario.test_source == "folder" and not remote
-        else None  # TinyImageNet's and the demo's images are 64 x 64
-    )
-    for line in (
-        scenario.gpu_fallback,
-        *scenario.notes,
-        scenario.stage5_skipped,
-        resized,
-    ):
+    # (the notes include the one for test images not 64 x 64: the scenario's check
+    # of the images, one pass)
+    for line in (scenario.gpu_fallback, *scenario.notes, scenario.stage5_skipped):
         if line:
             _say(line)
     main = workflow.is_main_process  # not a job's own Snakemake (remote, subprocess)
@@ -474,7 +464,8 @@ def share_resources(workflow, name: str) -> None:
     Give the rule `name` (another per-image job's rule, estimate_image_ceiling) the
     resources that a profile or the command line sets for estimate_image
     (`set-resources`), except those set for `target` by name: a profile names the
-    per-image rule once.
+    per-image rule once. Then the per-image rules' resources that read nothing of the
+    job are evaluated once (`settle_constant_resources`).
     """
     from snakemake.resources import Resources
 

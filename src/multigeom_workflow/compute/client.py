@@ -1,6 +1,6 @@
 """
 The per-image job of rule estimate_image, run from its ``shell:`` command: build the
-`EstimateRequest` from what the rule knows (rule, wildcards, inputs, output) and the
+`EstimateRequest` from what the rule knows (inputs, output) and the
 run's settings (its rule's estimator and diffusion settings among them), hold a
 slot (a GPU, or one of the run's CPU shares), and hand the request to the slot's warm
 worker (``workers: warm``), or compute it here (``workers: cold``).
@@ -11,12 +11,13 @@ precision, provenance files) comes resolved from the Snakemake process in
 the job itself costs milliseconds. Output goes to the job's log (the rule redirects
 it).
 
-Usage (as the rule writes it: its rule, its wildcards, its input image, encoder and
-diffusion checkpoints, its output, in that order)::
+Usage (as the rule writes it: its input image, encoder and diffusion checkpoints, in
+that order, and its output, whose path names the rule, the configuration and the
+image: `multigeom_workflow.settings.layout`)::
 
-    python -m multigeom_workflow.compute.client --rule estimate_image \
-        --wildcards area=V1,encoder=onoff,index=0005 \
-        --input IMG ENCODER_CKPT DIFFUSION_CKPT --output OUT --threads 1
+    python -m multigeom_workflow.compute.client \
+        --input IMG ENCODER_CKPT DIFFUSION_CKPT \
+        --output runs/per_image/onoff/V1/img0005.pt --threads 1
 
 A short command with few, short fields: Snakemake formats it several times per job,
 also in a dry run. The estimator and diffusion settings (the rule's params) come in
@@ -30,6 +31,8 @@ import os
 import time
 from pathlib import Path
 
+from ..settings.layout import is_ceiling_file, parse_image_file
+from ..settings.names import PER_IMAGE_RULES
 from .gpus import allocation_cpus, compute_lock, gpu_index, hold_cpu, hold_gpu
 from .hook import estimator_hook, record
 from .kept import keep_finished, take_kept
@@ -50,23 +53,26 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
         If an argument is missing or malformed (argparse's message).
     """
     p = argparse.ArgumentParser(prog="python -m multigeom_workflow.compute.client")
-    p.add_argument("--rule", default="estimate_image", help="the job's rule")
-    p.add_argument("--wildcards", required=True, help="area=..,encoder=..,index=..")
     p.add_argument("--input", nargs=3, required=True, metavar=("IMAGE", "ENC", "DIFF"))
-    p.add_argument("--output", required=True)
+    p.add_argument("--output", required=True, help="the per-image file")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    wildcards = dict(item.split("=", 1) for item in args.wildcards.split(","))
+    # the output names the job: its rule by its folder, its wildcards by the layout
+    try:
+        key = parse_image_file(args.output)
+    except ValueError as err:
+        p.error(str(err))
+    rule = PER_IMAGE_RULES[1] if is_ceiling_file(args.output) else PER_IMAGE_RULES[0]
     image, encoder_ckpt, diffusion_ckpt = args.input
     run = RunSettings.from_env()
-    estimator = run.estimator_of(args.rule, wildcards["encoder"], wildcards["area"])
+    estimator = run.estimator_of(rule, key.encoder, key.area)
     request = EstimateRequest(
         image=os.path.abspath(image),
-        index=int(wildcards["index"]),
+        index=key.index,
         out=os.path.abspath(args.output),
         estimator=estimator,
-        encoder_name=wildcards["encoder"],
-        area=wildcards["area"],
+        encoder_name=key.encoder,
+        area=key.area,
         encoder_ckpt=os.path.abspath(encoder_ckpt),
         diffusion_ckpt=os.path.abspath(diffusion_ckpt),
         diffusion=run.diffusion,

@@ -31,6 +31,8 @@ from ..settings.names import TINYIMAGENET_DIR
 __all__ = [
     "IMAGE_SIDE",
     "resize_notice",
+    "check_test_images",
+    "displayed_size",
     "DEMO_TEST_PHOTOS",
     "DEMO_TRAIN_PHOTOS",
     "ALPHA_BACKGROUND",
@@ -236,14 +238,8 @@ def check_test_image(path: str | Path) -> str | None:
     None if `path` reads as an image and converts (`canonical_rgb`), else the problem
     in a few words (it completes "image ... "). Imports no torch.
     """
-    from PIL import Image
-
-    try:
-        with Image.open(path) as img:
-            canonical_rgb(img)
-    except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, ...
-        return f"cannot be read as an image ({type(err).__name__}: {err})"
-    return None
+    bad, _ = check_test_images([path])
+    return bad[1] if bad else None
 
 
 #: The side of the images the encoders and diffusion models take (pixels).
@@ -256,21 +252,52 @@ def resize_notice(files) -> str | None:
     ``Resize((64, 64))`` in `multigeom.datasets.CANONICAL_TRANSFORM` scales them, and
     squeezes one that is not square) and the first of them, or None. Sizes as
     displayed (EXIF orientations 5 to 8 turn the image a quarter); PIL reads only the
-    files' headers.
+    files' headers; an unreadable file is left out (the scenario's check names it).
     """
     from PIL import Image
 
-    odd = []
+    sizes = []
     for f in files:
         try:
             with Image.open(f) as img:
-                w, h = img.size
-                if img.getexif().get(0x0112, 1) in (5, 6, 7, 8):
-                    w, h = h, w
+                sizes.append((str(f), displayed_size(img)))
         except Exception:  # unreadable: the scenario's check names it
             continue
-        if (w, h) != (IMAGE_SIDE, IMAGE_SIDE):
-            odd.append((str(f), w, h))
+    return _resize_line(sizes)
+
+
+def check_test_images(files) -> tuple[tuple[int, str] | None, str | None]:
+    """
+    Every test image of a run read once: the first that does not read as an image or
+    convert (`check_test_image`), as (its index in `files`, the problem), or None;
+    and `resize_notice`'s line for them, or None. One opening per file: the run's
+    parse-time check of 10,000 images costs one pass, not two.
+    """
+    from PIL import Image
+
+    sizes = []
+    for i, f in enumerate(files):
+        try:
+            with Image.open(f) as img:
+                size = displayed_size(img)
+                canonical_rgb(img)
+        except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, ...
+            problem = f"cannot be read as an image ({type(err).__name__}: {err})"
+            return (i, problem), None
+        sizes.append((str(f), size))
+    return None, _resize_line(sizes)
+
+
+def displayed_size(img) -> tuple[int, int]:
+    """(width, height) of a PIL image as displayed: EXIF orientations 5 to 8 turn it."""
+    w, h = img.size
+    if img.getexif().get(0x0112, 1) in (5, 6, 7, 8):
+        w, h = h, w
+    return w, h
+
+
+def _resize_line(sizes: list[tuple[str, tuple[int, int]]]) -> str | None:
+    odd = [(f, w, h) for f, (w, h) in sizes if (w, h) != (IMAGE_SIDE, IMAGE_SIDE)]
     if not odd:
         return None
     squeezed = sum(w != h for _, w, h in odd)

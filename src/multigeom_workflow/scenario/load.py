@@ -122,17 +122,21 @@ def _check_device(device: str, ids: list[str]):
         )
 
 
-def _check_readable(files):
-    """Every test image of the run opens as an image (named otherwise)."""
-    from ..inputs.images import check_test_image
+def _check_readable(files) -> str | None:
+    """
+    Every test image of the run opens as an image (named otherwise); returns the
+    notice for the images that are not 64 x 64 (`resize_notice`), or None: one pass.
+    """
+    from ..inputs.images import check_test_images
 
-    for i, f in enumerate(files):
-        problem = check_test_image(f)
-        if problem:
-            raise ConfigError(
-                f"config key 'test_images.path': test image {i} {str(f)!r} {problem}; "
-                "replace or remove it (images are taken in name order)"
-            )
+    bad, notice = check_test_images(files)
+    if bad:
+        i, problem = bad
+        raise ConfigError(
+            f"config key 'test_images.path': test image {i} {str(files[i])!r} "
+            f"{problem}; replace or remove it (images are taken in name order)"
+        )
+    return notice
 
 
 def _configurations(
@@ -273,7 +277,8 @@ def load_scenario(
         source == "tinyimagenet" and not config["test_images"]["download"]
     )
     if listed and not remote:  # files already there: each must read as an image
-        _check_readable(files[:n_images])
+        resized = _check_readable(files[:n_images])
+        notes = (*notes, resized) if resized else notes
     ceiling_images = int(config.get("noise_ceiling_images") or 0)
     if ceiling_images > n_images:
         raise ConfigError(

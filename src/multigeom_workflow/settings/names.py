@@ -18,6 +18,7 @@ __all__ = [
     "N_PIXELS",
     "PAPER_AREAS",
     "PAPER_ENCODERS",
+    "PER_IMAGE_RULES",
     "PRECISIONS",
     "TINYIMAGENET_DIR",
     "configuration_label",
@@ -34,6 +35,9 @@ PAPER_ENCODERS = ("inception", "resnet50", "onoff")
 PAPER_AREAS = ("V1", "V4")
 ENCODERS = tuple(dict.fromkeys(PAPER_ENCODERS + DEMO_ENCODERS))
 AREAS = PAPER_AREAS + DEMO_AREAS
+#: The rules whose jobs are per-image computations: a run's estimates
+#: (rules/estimate.smk) and the noise ceiling's second ones (rules/science.smk).
+PER_IMAGE_RULES = ("estimate_image", "estimate_image_ceiling")
 #: Pixels of a test image, 64 x 64 (upstream `multigeom.datasets.CANONICAL_TRANSFORM`).
 N_PIXELS = 64 * 64
 
