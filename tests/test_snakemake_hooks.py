@@ -61,6 +61,8 @@ def test_the_internals_exist_in_the_installed_snakemake():
 def test_constant_set_resources_are_evaluated_once_to_snakemake_s_value():
     """A profile's set-resources that read nothing of the job become plain values,
     equal to Snakemake's own evaluation; those that read the job stay expressions."""
+    import tempfile
+
     import snakemake.api  # noqa: F401  (first, as the CLI does)
     from snakemake.iocontainers import Wildcards
     from snakemake.resources import Resource, Resources
@@ -102,11 +104,13 @@ def test_constant_set_resources_are_evaluated_once_to_snakemake_s_value():
         "slurm_account",
         "mpi",
         "cpus_per_gpu",
+        "tmpdir",
     }
     after = {k: snakemake_value(r) for k, r in rule.resources.items() if k != "bad"}
     assert after == before
     assert after["mem_mb"] == 16000 and after["mpi"] == ""
     assert after["slurm_partition"] == "SET-your-gpu-partition"
+    assert after["tmpdir"] == tempfile.gettempdir()
     assert snakemake_value(rule.resources["runtime"], attempt=2) == 120
     assert rule.resources["bad"].is_evaluable()  # its error stays Snakemake's
 

@@ -490,11 +490,14 @@ def settle_constant_resources(rule) -> None:
     """
     Evaluate once, at parse time, each resource of `rule` that a profile or the command
     line gave as an expression reading nothing of its job (``mem_mb=16000``,
-    ``slurm_partition=gpu``, ``mpi=""``; not ``mem_mb=8000*attempt``): Snakemake
-    would evaluate it again for every job (for 40,000 per-image jobs, seconds of
-    a dry run), to the same value. The value is the one Snakemake's own evaluation
-    (`Resource.cli_evaluator`) gives; expressions that read the job, or an ioutils
-    function, or system_tmpdir, stay as they are.
+    ``slurm_partition=gpu``, ``mpi=""``, Snakemake's default
+    ``tmpdir=system_tmpdir``; not ``mem_mb=8000*attempt``): Snakemake would evaluate
+    it again for every job (for 40,000 per-image jobs, seconds of a dry run), to the
+    same value. The value is the one Snakemake's own evaluation
+    (`Resource.cli_evaluator`) gives in this process (every Snakemake process of a
+    run, a job's own in an allocation or a container too, parses the workflow and
+    evaluates its own: ``system_tmpdir`` is that machine's); expressions that read the
+    job or an ioutils function stay as they are.
     """
     import ast
 
@@ -503,7 +506,7 @@ def settle_constant_resources(rule) -> None:
 
     namespace = {}
     snakemake.ioutils.register_in_globals(namespace)
-    reads_job = JOB_NAMES | set(namespace) | {"system_tmpdir", "shutil"}
+    reads_job = JOB_NAMES | set(namespace) | {"shutil"}
     for name, res in list(rule.resources.items()):
         raw = res.raw
         if name.startswith("_") or not res.is_evaluable() or not isinstance(raw, str):
