@@ -17,8 +17,9 @@ use rule estimate_image as estimate_image_ceiling with:
         LAYOUT.job_log_pattern("estimate_image_ceiling"),
 
 
-# A profile's `set-resources` for estimate_image hold for these jobs too.
-hooks.share_resources(workflow, "estimate_image_ceiling")
+# A profile's `set-resources` for estimate_image hold for these jobs too; what Snakemake
+# would work out again for each per-image job is worked out once.
+hooks.settle_per_image_rules(workflow, "estimate_image_ceiling")
 
 
 rule align_ceiling:

@@ -26,6 +26,9 @@ def test_every_internal_in_use_is_named():
         "RUN_INFO",
         "cli_evaluator",
         "register_in_globals",
+        "overwrite_function_params",
+        "queue_listener",
+        "plugin_handlers",
     ):
         assert needle in source
         assert any(needle in name for name in hooks.INTERNALS), needle
@@ -53,6 +56,13 @@ def test_the_internals_exist_in_the_installed_snakemake():
     assert LogEvent.RUN_INFO.value
     assert NOTHING_TO_BE_DONE_MSG.startswith("Nothing to be done")
     assert logger.name == "snakemake.logging"
+    from snakemake.common import overwrite_function_params  # noqa: F401
+    from snakemake.logging import LoggerManager
+
+    assert "logger_manager" in inspect.getsource(Workflow)
+    manager = inspect.getsource(LoggerManager.__init__)
+    assert "self.queue_listener" in manager and "self.plugin_handlers" in manager
+    assert "QueueHandler(self._queue)" in inspect.getsource(LoggerManager)
     # the statistics are logged once the plan is built, in a dry run too
     execute = inspect.getsource(Workflow.execute)
     assert "event=LogEvent.RUN_INFO" in execute and "# the dryrun case" in execute
@@ -113,6 +123,42 @@ def test_constant_set_resources_are_evaluated_once_to_snakemake_s_value():
     assert after["tmpdir"] == tempfile.gettempdir()
     assert snakemake_value(rule.resources["runtime"], attempt=2) == 120
     assert rule.resources["bad"].is_evaluable()  # its error stays Snakemake's
+
+
+def test_an_idle_multigeom_logger_plugin_loses_its_queue_in_a_dry_run():
+    """In a dry run the workflow's own logger plugin has nothing to do: Snakemake's
+    queue to it leaves the logger; with another plugin beside it, or in a real run,
+    the queue stays."""
+    import logging
+    import queue
+    from logging.handlers import QueueHandler, QueueListener
+
+    from snakemake_logger_plugin_multigeom import LogHandler
+
+    def manager(dryrun, other=False):
+        q = queue.Queue()
+        ours = LogHandler(SimpleNamespace(stdout=False, dryrun=dryrun), None)
+        plugins = [ours, logging.NullHandler()] if other else [ours]
+        log = logging.getLogger(f"test-idle-{dryrun}-{other}")
+        log.handlers[:] = [logging.NullHandler(), QueueHandler(q)]
+        listener = QueueListener(q, *plugins)
+        return SimpleNamespace(
+            logger=log, queue_listener=listener, plugin_handlers=plugins
+        )
+
+    for dryrun, other, expected in (
+        (True, False, True),
+        (True, True, False),
+        (False, False, False),
+    ):
+        m = manager(dryrun, other)
+        assert (
+            hooks.idle_logger_plugin_off(SimpleNamespace(logger_manager=m)) is expected
+        )
+        queued = [h for h in m.logger.handlers if isinstance(h, QueueHandler)]
+        assert len(queued) == (0 if expected else 1)
+        assert len(m.logger.handlers) == (1 if expected else 2)  # the rest stays
+    assert hooks.idle_logger_plugin_off(SimpleNamespace()) is False  # no manager
 
 
 def scenario(n_images=4, ceiling_images=1, configs=(("a", "V1"), ("b", "V1"))):

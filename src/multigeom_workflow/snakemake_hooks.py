@@ -81,9 +81,12 @@ INTERNALS = {
     "workflow.dag.needrun_jobs": "the per-image jobs Snakemake will run",
     "rule.resources": "the ceiling's rule shares estimate_image's set-resources",
     "Resource.cli_evaluator": "set-resources that read nothing of the job, once",
+    "snakemake.common.overwrite_function_params": "input functions' signatures, once",
     "Resource.raw": "a set-resources value as written",
     "snakemake.ioutils.register_in_globals": "names a resource expression may read",
     "snakemake.logging.logger RUN_INFO record": "the moment the plan is built",
+    "workflow.logger_manager.queue_listener": "the queue to the logger plugins",
+    "workflow.logger_manager.plugin_handlers": "the logger plugins (idle ones)",
 }
 
 
@@ -389,7 +392,36 @@ def start(workflow, config: dict) -> Run:
     )
     if main:
         DryRunEstimate(workflow, run).install()
+    if dryrun:
+        idle_logger_plugin_off(workflow)
     return run
+
+
+def idle_logger_plugin_off(workflow) -> bool:
+    """
+    In a dry run, take Snakemake's queue to its logger plugins off its logger when the
+    only plugin is the workflow's own (``--logger multigeom``, in every profile): it
+    has no view to draw in a dry run and writes nothing (Snakemake's own handler
+    writes the messages), yet each record handed to its thread costs tens of
+    microseconds, and a dry run logs two per job (3 s of 48 at 40,000 jobs). Returns
+    whether it did; other plugins keep their queue.
+    """
+    from logging.handlers import QueueHandler
+
+    from snakemake_logger_plugin_multigeom import LogHandler
+
+    manager = getattr(workflow, "logger_manager", None)
+    listener = getattr(manager, "queue_listener", None)
+    plugins = list(getattr(manager, "plugin_handlers", None) or [])
+    if listener is None or not plugins:
+        return False
+    if not all(isinstance(h, LogHandler) and h.idle for h in plugins):
+        return False
+    for handler in list(manager.logger.handlers):
+        if isinstance(handler, QueueHandler) and handler.queue is listener.queue:
+            manager.logger.removeHandler(handler)
+            return True
+    return False
 
 
 def _modal_estimate_at_parse(workflow, run: Run):
@@ -459,13 +491,15 @@ def estimate_resources(run: Run) -> dict:
     }
 
 
-def share_resources(workflow, name: str) -> None:
+def settle_per_image_rules(workflow, name: str = "estimate_image_ceiling") -> None:
     """
-    Give the rule `name` (another per-image job's rule, estimate_image_ceiling) the
-    resources that a profile or the command line sets for estimate_image
-    (`set-resources`), except those set for `target` by name: a profile names the
-    per-image rule once. Then the per-image rules' resources that read nothing of the
-    job are evaluated once (`settle_constant_resources`).
+    Once both per-image rules are defined: give the rule `name` (the noise ceiling's,
+    estimate_image_ceiling) the resources that a profile or the command line sets for
+    estimate_image (`set-resources`), except those set for `name` itself: a profile
+    names the per-image rule once. Then, for both, what Snakemake would otherwise
+    work out again for each of their 40,000 jobs: the resources that read nothing of
+    the job (`settle_constant_resources`) and their input functions' signatures
+    (`settle_input_functions`).
     """
     from snakemake.resources import Resources
 
@@ -478,6 +512,22 @@ def share_resources(workflow, name: str) -> None:
     )
     for rule in PER_IMAGE_RULES:
         settle_constant_resources(workflow.get_rule(rule))
+        settle_input_functions(workflow.get_rule(rule))
+
+
+def settle_input_functions(rule) -> None:
+    """
+    Record the signature of each input function of `rule` on the function
+    (`snakemake.common.overwrite_function_params`, as Snakemake's own ioutils do with
+    `get_function_params`' value): Snakemake reads a function's parameters at each
+    call to know what to pass it, with `inspect.signature`, twice per job.
+    """
+    from snakemake.common import get_function_params, overwrite_function_params
+
+    for item in rule.input:
+        func = getattr(getattr(item, "_file", item), "callable", None)
+        if callable(func):
+            overwrite_function_params(func, get_function_params(func))
 
 
 #: What a resource expression of the command line or a profile (`set-resources`,

@@ -68,6 +68,14 @@ class LogHandler(LogHandlerBase):
 
     # Snakemake's interface -------------------------------------------------------
     @property
+    def idle(self) -> bool:
+        """
+        True in a dry run: no view, nothing written (the workflow may then take
+        Snakemake's queue to this plugin off its logger).
+        """
+        return bool(self.common_settings.dryrun)
+
+    @property
     def writes_to_stream(self) -> bool:
         """
         True: the view is drawn on the terminal's stream (stderr); False in a dry run,

@@ -291,7 +291,7 @@ def check_test_images(files) -> tuple[tuple[int, str] | None, str | None]:
 def displayed_size(img) -> tuple[int, int]:
     """(width, height) of a PIL image as displayed: EXIF orientations 5 to 8 turn it."""
     w, h = img.size
-    if img.getexif().get(0x0112, 1) in (5, 6, 7, 8):
+    if w != h and img.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # (square: the same)
         w, h = h, w
     return w, h
 

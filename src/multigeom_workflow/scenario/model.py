@@ -9,6 +9,7 @@ Nothing here imports torch: the Snakefile reads it at parse time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from ..settings.layout import RunLayout
@@ -197,9 +198,12 @@ class Scenario:
                 return c
         raise KeyError(f"({encoder!r}, {area!r}) is not a configuration of this run")
 
-    @property
+    @cached_property
     def layout(self) -> RunLayout:
-        """Where the run's files live (`multigeom_workflow.settings.layout`)."""
+        """
+        Where the run's files live (`multigeom_workflow.settings.layout`), made once
+        (the rules ask it for every per-image file).
+        """
         return RunLayout(self.runs_dir, self.results_dir)
 
     def per_image_file(self, encoder: str, area: str, index: int) -> str:
