@@ -36,6 +36,7 @@ from .planning.live_view import set_plan
 from .planning.plan import estimate_lines, pending_images, progress, run_estimates
 from .planning.shards import SHARD_GROUP, num_shards, shard_groups
 from .planning.slurm import (
+    CAP_RESOURCE,
     SlurmPlan,
     plan_for_run,
     restore_ended_allocations,
@@ -475,20 +476,33 @@ def estimate_resources(run: Run) -> dict:
     """
     The resources of a per-image job (rules estimate_image, estimate_image_ceiling),
     in one place: `gpu`, 1 when it computes on this machine's GPU (remote profiles set
-    their own count); `runtime`, its time limit in minutes on SLURM; and for the Modal
+    their own count); `runtime`, its time limit in minutes on SLURM (a function of
+    the job's wildcards, its share of its shard's limit); and for a run with the Modal
     executor plugin, the GPU and the budget of the config's `modal` section
     (`modal_gpu`, `modal_max_cost_usd`: the plugin reads a job's own values before its
     --modal-gpu and --modal-max-cost-usd), so that the dry run's estimate and the run
     on Modal use one GPU type and one budget (the budget as a string: Snakemake rounds
-    a float resource to an integer).
+    a float resource to an integer). Another executor reads neither: a job carries
+    none of what its executor does not read (Snakemake formats every resource of each
+    of 40,000 jobs in a dry run).
     """
+    from snakemake.common import get_function_params, overwrite_function_params
+    from snakemake_executor_plugin_modal.preflight import requested_settings
+
     s = run.scenario
-    return {
-        "gpu": 1 if s.uses_gpu else 0,
-        "runtime": run.runtime_of if run.slurm and run.slurm.shards else None,
-        "modal_gpu": s.modal["gpu"],
-        "modal_max_cost_usd": str(float(s.modal["max_cost_usd"])),
-    }
+    out = {"gpu": 1 if s.uses_gpu else 0, "runtime": None}
+    if run.slurm and run.slurm.shards:
+
+        def runtime(wildcards) -> int:
+            return run.runtime_of(wildcards)
+
+        # Snakemake reads a resource function's parameters at each job otherwise
+        overwrite_function_params(runtime, get_function_params(runtime))
+        out["runtime"] = runtime
+    if requested_settings() is not None:  # --executor modal (a profile's too)
+        out["modal_gpu"] = s.modal["gpu"]
+        out["modal_max_cost_usd"] = str(float(s.modal["max_cost_usd"]))
+    return out
 
 
 def settle_per_image_rules(workflow, name: str = "estimate_image_ceiling") -> None:
@@ -510,9 +524,14 @@ def settle_per_image_rules(workflow, name: str = "estimate_image_ceiling") -> No
     target.resources.update(
         Resources({name: r for name, r in shared.items() if name not in own})
     )
-    for rule in PER_IMAGE_RULES:
-        settle_constant_resources(workflow.get_rule(rule))
-        settle_input_functions(workflow.get_rule(rule))
+    for rule in map(workflow.get_rule, PER_IMAGE_RULES):
+        # the planner's own setting (planning/slurm.py reads the profile's), not a
+        # resource a job asks its executor for
+        rule.resources = Resources(
+            {k: r for k, r in rule.resources.items() if k != CAP_RESOURCE}
+        )
+        settle_constant_resources(rule)
+        settle_input_functions(rule)
 
 
 def settle_input_functions(rule) -> None:
