@@ -3,7 +3,10 @@ How long `snakemake -n` takes to plan a paper-sized scenario (4 configurations x
 images) and a large one (4 x 10,000), estimate included, with each profile (local-gpu,
 modal, slurm), each beside a bare Snakefile with the same number of trivial jobs
 (Snakemake's own floor; no input functions), timed in the same run. Goal: at most
-1.5 x the bare figure at 10,000 images per configuration, with every profile.
+1.5 x the bare figure at 10,000 images per configuration, with every profile. The
+bare Snakefile is also timed with the profile itself (less its `logger:` line, the
+workflow's own plugin): what the profile's settings alone cost Snakemake (the slurm
+profile's set-resources, say).
 
 The scenario: inception and resnet50 fitted to V1 and V4, with checkpoint files of
 their own (empty stand-ins: a dry run does not read them), a folder of 10,000 test image
@@ -111,24 +114,38 @@ def main(argv=None):
             bare = [sys.executable, "-m", "snakemake", "-n", "--directory"]
             bare += [str(bare_dir), "-s", str(bare_dir / "Snakefile")]
             for profile in args.profiles:
+                bare_profile = root / f"bare-profile-{profile}"
+                bare_profile.mkdir(exist_ok=True)
+                text = (REPO / "profiles" / profile / "profile.yaml").read_text()
+                (bare_profile / "profile.yaml").write_text(
+                    "\n".join(
+                        line
+                        for line in text.splitlines()
+                        if not line.startswith("logger:")
+                    )
+                )
                 cmd = [sys.executable, "-m", "snakemake", "-n"]
                 cmd += ["-s", str(REPO / "Snakefile"), "--directory", str(work)]
                 cmd += ["--configfile", str(config)]
                 cmd += ["--profile", str(REPO / "profiles" / profile)]
                 # side by side: the workflow's run, then the bare Snakefile's
-                times, bare_times = [], []
+                times, bare_times, profiled = [], [], []
                 for _ in range(args.repeat):
                     times += timed(cmd, env, 1)
                     bare_times += timed([*bare, "--cores", "2"], env, 1)
+                    profiled += timed([*bare, "--profile", str(bare_profile)], env, 1)
                 best, bare_best = min(times), min(bare_times)
                 cpu, bare_cpu = min(c for _, c in times), min(c for _, c in bare_times)
+                profiled_cpu = min(c for _, c in profiled)
                 print(
                     f"snakemake -n --profile {profile}, 4 configurations x {n:,} "
                     f"images: {best[0]:.1f} s wall-clock, {cpu:.1f} s CPU (best of "
                     f"{args.repeat}); bare Snakefile with {4 * n + 1:,} trivial jobs: "
                     f"{bare_best[0]:.1f} s, {bare_cpu:.1f} s CPU; ratio "
                     f"{best[0] / bare_best[0]:.2f} wall-clock, "
-                    f"{cpu / bare_cpu:.2f} CPU",
+                    f"{cpu / bare_cpu:.2f} CPU; the bare Snakefile with the profile: "
+                    f"{profiled_cpu:.1f} s CPU ({profiled_cpu / bare_cpu:.2f} x the "
+                    f"bare one; the workflow {cpu / profiled_cpu:.2f} x it)",
                     flush=True,
                 )
 
