@@ -11,6 +11,8 @@ rule verify_per_image_files:
     params:
         expected=get_expected_per_image(),
         image_files=SCENARIO.test_image_files[: SCENARIO.n_images],
+        # the list's form: a list of another form is written again (verify.py)
+        list_columns=CHECKED_LIST_COLUMNS,
     log:
         "logs/verify_per_image_files.log",
     script:

@@ -8,6 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 try:
     from multigeom_workflow import snakemake_hooks as hooks
+    from multigeom_workflow.results.verify import CHECKED_LIST_COLUMNS
     from multigeom_workflow.settings.layout import WILDCARD_CONSTRAINTS
 except ImportError as err:
     raise WorkflowError(

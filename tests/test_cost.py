@@ -240,3 +240,19 @@ def test_modal_estimate_counts_the_containers_the_shards_fill():
     assert est.workers == 2
     assert est.startups == 2
     assert est.wall_seconds == pytest.approx(est.device_seconds / 2)
+
+
+def test_existing_files_lists_folders_and_leaves_out_dangling_links(tmp_path):
+    """Existing per-image files found by one listing per folder: a missing folder
+    gives none, a dangling link (or a file gone meanwhile) is not a file."""
+    from multigeom_workflow.planning.cost import existing_files, read_timings
+
+    folder = tmp_path / "per_image" / "e" / "a"
+    folder.mkdir(parents=True)
+    real = folder / "img0000.pt"
+    real.write_bytes(b"x")
+    (folder / "img0001.pt").symlink_to(folder / "gone.pt")
+    files = [real, folder / "img0001.pt", folder / "img0002.pt"]
+    files.append(tmp_path / "per_image" / "e" / "b" / "img0000.pt")  # no folder
+    assert existing_files(files) == [real]
+    assert read_timings(files) == []  # `real` is not a per-image dict: no timing

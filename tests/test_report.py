@@ -16,6 +16,7 @@ from html.parser import HTMLParser
 
 import pandas as pd
 import pytest
+import torch
 from conftest import CONFIGURATIONS, run_snakemake
 
 from multigeom_workflow.results.report import (
@@ -190,6 +191,38 @@ def test_progress_table_reads_the_seconds_the_check_recorded(tmp_path):
     assert (row.median_s, row.min_s, row.max_s) == (4.0, 2.0, 6.0)
     empty = progress_table([("e", "b")], {("e", "b"): []}, seconds)
     assert math.isnan(empty.iloc[0].median_s)
+
+
+def test_a_refreshed_row_takes_the_file_s_seconds_and_the_list_keeps_its_form(
+    tmp_path,
+):
+    """A file checked again at parse (changed behind the check's back, found good)
+    gets its own elapsed_seconds in the list, not the old row's; every row has the
+    columns the check's params name (CHECKED_LIST_COLUMNS)."""
+    import os
+
+    from multigeom_workflow.results.verify import (
+        CHECKED_LIST_COLUMNS,
+        checked_seconds,
+        read_checked,
+        refresh_checked,
+    )
+
+    f = tmp_path / "runs" / "per_image" / "e" / "a" / "img0000.pt"
+    f.parent.mkdir(parents=True)
+    torch.save({"elapsed_seconds": 3.5}, f)
+    checked = tmp_path / "per_image_checked.tsv"
+    checked.write_text(f"{f}\t1\t2\t3\t9.0\n")  # an old row: other key, seconds
+    before = os.stat(checked).st_mtime_ns
+    refresh_checked(checked, [f])
+    assert checked_seconds(checked) == {str(f): 3.5}
+    st = os.stat(f)
+    assert read_checked(checked)[str(f)] == (
+        f"{st.st_size}\t{st.st_mtime_ns}\t{st.st_ctime_ns}"
+    )
+    assert os.stat(checked).st_mtime_ns == before  # the list's date kept
+    fields = checked.read_text().splitlines()[0].split("\t")
+    assert len(fields) == len(CHECKED_LIST_COLUMNS.split()) == 5
 
 
 def test_settings_table_flattens_nested_keys(tmp_path):

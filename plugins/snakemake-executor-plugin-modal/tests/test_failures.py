@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -66,6 +67,12 @@ rule image:
 
 GROUP = ["--group-components", "shard=2"]  # both images in one container
 
+# The shard with each image taking a while (image i: (1 + i) x tt seconds), so that
+# whichever runs first, the other still runs when the first is committed: the
+# container's Snakemake runs a group's independent jobs in an order that follows string
+# hashes, which differs from one run (and one temporary folder) to the next.
+SLOW_SHARD = SHARD.replace("sleep $(({wildcards.i}*", "sleep $(((1+{wildcards.i})*")
+
 
 def counts(folder):
     """How many times each image's command started (files written outside the
@@ -80,17 +87,24 @@ def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp
     once, ran = tmp_path / "preempted-once", tmp_path / "ran"
     ran.mkdir()
     work = tmp_path / "wf"
-    # preempted once img0 is committed with its reuse record
+    # preempted once an image is committed with its reuse record
     committed = fake_modal_volume(tmp_path) / default_prefix(work)
     env = {
         "FAKE_MODAL_PREEMPT_AFTER_S": "600",  # a fallback never reached
         "FAKE_MODAL_PREEMPT_ONCE_FILE": str(once),
-        "FAKE_MODAL_PREEMPT_WHEN": f"{committed}/img0.txt:"
-        f"{committed}/.snakemake/modal/done/img0.txt@*",
+        "FAKE_MODAL_PREEMPT_WHEN": f"{committed}/img*.txt:"
+        f"{committed}/.snakemake/modal/done/img*.txt@*",
     }
-    config = [f"counts={ran}", "tt=10", "fail=-1"]
+    config = [f"counts={ran}", "tt=4", "fail=-1"]
     result = run_snakemake(
-        work, SHARD, *GROUP, "--modal-sync-seconds", "1", "--config", *config, env=env
+        work,
+        SLOW_SHARD,
+        *GROUP,
+        "--modal-sync-seconds",
+        "1",
+        "--config",
+        *config,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert once.exists(), "the fake did not preempt"
@@ -98,9 +112,13 @@ def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp
     assert (
         len((tmp_path / "fake-modal" / "restarts.jsonl").read_text().splitlines()) == 1
     )
-    # img0 (0 s) was committed before the preemption; img1 (10 s) was not
-    assert counts(ran) == {"0": 1, "1": 2}
-    assert (work / "img1.txt").read_text() == "1\n"
+    # the image the first container ran first was committed before the preemption,
+    # the other was not: computed again in the second container, the first not
+    logs = sorted((tmp_path / "fake-modal" / "containers").glob("*/container.log"))
+    first = re.findall(r"wildcards: i=(\d)", logs[0].read_text())[0]
+    other = "1" if first == "0" else "0"
+    assert counts(ran) == {first: 1, other: 2}
+    assert (work / "img0.txt").read_text() == (work / "img1.txt").read_text() == "1\n"
     assert not list(work.rglob("*.modal-part"))
     volume = fake_modal_volume(tmp_path)
     assert [f.read_text() for f in sorted(volume.rglob("img*.txt"))] == ["1\n"] * 2

@@ -40,20 +40,22 @@ class EstimateRequest:
     out : str
         The per-image file to write (absolute path, ``.../img{index:04d}.pt``).
     estimator : dict
-        Upstream's estimator settings (``multigeom/configs/estimator.yaml`` layout),
-        from the rule's ``params.estimator``.
+        Upstream's estimator settings (``multigeom/configs/estimator.yaml`` layout):
+        the rule's ``params.estimator``, as the run's settings give it
+        (`RunSettings.estimator_of`).
     encoder_name, area : str
         The configuration, as named in the per-image file.
     encoder_ckpt, diffusion_ckpt : str
         The configuration's checkpoints (absolute paths).
     diffusion : dict
-        The diffusion model's settings (``params.diffusion``).
+        The diffusion model's settings (the rules' ``params.diffusion``, from the
+        run's settings).
     settings_files : dict
         Name (``estimator``, ``diffusion``) -> settings file, for upstream's
         provenance record.
     seed : int
         The seed of the draws, for the provenance record: the run's seed (a
-        noise-ceiling estimate: its own, from `params.estimator`).
+        noise-ceiling estimate: its own), that of `estimator`.
     engine : str
         The estimator's implementation (config key ``engine``: ``"fast"``, the default,
         or ``"upstream"``).

@@ -222,9 +222,17 @@ def existing_files(files: list[str | Path]) -> list[Path]:
                 names[folder] = set(os.listdir(folder or "."))
             except OSError:  # no folder (yet): none of its files
                 names[folder] = set()
-        if name in names[folder]:
+        if name in names[folder] and os.path.isfile(f):  # (not a dangling link)
             out.append(Path(f))
     return out
+
+
+def _mtime(path: Path) -> float:
+    """A file's modification time; -inf once it is gone (set aside meanwhile)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return float("-inf")
 
 
 def read_timings(
@@ -247,7 +255,7 @@ def read_timings(
         return []
     import torch
 
-    existing.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    existing.sort(key=_mtime, reverse=True)
     timings = []
     for path in existing[:limit]:
         try:

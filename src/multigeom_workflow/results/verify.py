@@ -318,6 +318,29 @@ def bad_per_image_files(
     return out
 
 
+#: The columns of the check's list (`verify_for_stage5`'s output), tab-separated; the
+#: rule's params hold it, so that a list of another form is written again (the check
+#: runs once more; a list of the older four columns reads, its seconds unknown).
+CHECKED_LIST_COLUMNS = "path size mtime_ns ctime_ns elapsed_seconds"
+
+
+def _seconds_text(d: dict | None) -> str:
+    """A per-image dict's ``elapsed_seconds`` as the list writes it ("" if none)."""
+    seconds = (d or {}).get("elapsed_seconds")
+    return f"{float(seconds)!r}" if isinstance(seconds, (int, float)) else ""
+
+
+def _file_seconds_text(path: str | Path) -> str:
+    """`_seconds_text` of a per-image file, read now ("" if it does not load)."""
+    import torch
+
+    try:
+        d = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:  # a damaged file: the check names it, not this
+        return ""
+    return _seconds_text(d if isinstance(d, dict) else None)
+
+
 def _checked_key(path: str | Path, st: os.stat_result | None = None) -> str:
     """
     A file's size, modification and status-change times (ns), tab-separated (`st`:
@@ -423,8 +446,9 @@ def set_aside(files: Iterable[str | Path]) -> list[Path]:
 
 def refresh_checked(checked: str | Path, good: Iterable[str | Path]) -> None:
     """
-    Record the current `_checked_key` of `good` files (checked again and found good,
-    e.g. after a copy that kept their dates) in the check's list `checked`, keeping
+    Record the current `_checked_key` and ``elapsed_seconds`` of `good` files
+    (checked again and found good, e.g. after a copy that kept their dates) in the
+    check's list `checked`, keeping
     the list's own date, so that they are not checked again at every parse and
     Stage 5 does not run again for the same files.
     """
@@ -435,8 +459,8 @@ def refresh_checked(checked: str | Path, good: Iterable[str | Path]) -> None:
         return
     st = os.stat(checked)
     rows = _checked_rows(checked)
-    for path in sorted(good):
-        rows[path] = (_checked_key(path), rows.get(path, ("", ""))[1])
+    for path in sorted(good):  # few: the files changed behind the check's back
+        rows[path] = (_checked_key(path), _file_seconds_text(path))
     rows = [f"{path}\t{key}\t{seconds}" for path, (key, seconds) in rows.items()]
     with atomic_path(checked) as tmp:
         Path(tmp).write_text("\n".join(rows) + "\n")
@@ -492,9 +516,7 @@ def verify_for_stage5(
             print(f"bad per-image file {f}: {problem}")
             bad.append((f, problem))
         else:
-            seconds = d.get("elapsed_seconds")
-            seconds = f"{float(seconds)!r}" if isinstance(seconds, (int, float)) else ""
-            rows.append(f"{f}\t{_checked_key(f)}\t{seconds}")
+            rows.append(f"{f}\t{_checked_key(f)}\t{_seconds_text(d)}")
     if bad:
         set_aside(f for f, _ in bad)
         first, problem = bad[0]

@@ -278,7 +278,8 @@ def load_scenario(
     )
     if listed and not remote:  # files already there: each must read as an image
         resized = _check_readable(files[:n_images])
-        notes = (*notes, resized) if resized else notes
+        # (TinyImageNet's and the demo's images are 64 x 64: a folder's may not be)
+        notes = (*notes, resized) if resized and source == "folder" else notes
     ceiling_images = int(config.get("noise_ceiling_images") or 0)
     if ceiling_images > n_images:
         raise ConfigError(
