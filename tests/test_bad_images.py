@@ -159,7 +159,12 @@ def test_unreadable_image_stops_snakemake_before_any_job(tmp_path):
 
 
 def test_resized_and_squeezed_images_are_named(tmp_path):
-    from multigeom_workflow.inputs.images import resize_notice
+    from multigeom_workflow.inputs.images import check_test_images
+
+    def resize_notice(files):  # the notice of the parse-time check of the images
+        bad, notice = check_test_images(files)
+        assert bad is None
+        return notice
 
     folder = tmp_path / "photos"
     folder.mkdir()

@@ -33,7 +33,7 @@ from .on_modal.volume import (
 from .results.verify import bad_per_image_files, run_files, set_aside
 from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import CHECKOUT_DIR
-from .settings.layout import parse_image_file
+from .settings.layout import is_ceiling_file, parse_image_file
 from .settings.load import load_config
 from .settings.names import configuration_label
 
@@ -160,7 +160,7 @@ def cmd_progress(scenario: Scenario, args) -> int:
         # recomputes them. Not done.
         bad = [(f, p) for f, p in bad_per_image_files(scenario) if f not in planned]
         for f, _ in bad:
-            counts = ceiling if "per_image_ceiling" in Path(f).parts else done
+            counts = ceiling if is_ceiling_file(f) else done
             enc, area, _ = parse_image_file(f)
             key = (enc, area)
             n, total = counts[key]

@@ -237,7 +237,7 @@ def _repair_before_planning(scenario: Scenario) -> None:
         _say(restored)
     for line in record_contents(scenario).lines():
         _say(line)
-    checked = f"{scenario.runs_dir}/metrics/per_image_checked.tsv"
+    checked = scenario.layout.per_image_checked
     changed = changed_since_checked([f for f, *_ in run_files(scenario)], checked)
     if changed:
         bad = bad_per_image_files(scenario, only=changed)

@@ -30,7 +30,6 @@ from ..settings.names import TINYIMAGENET_DIR
 
 __all__ = [
     "IMAGE_SIDE",
-    "resize_notice",
     "check_test_images",
     "displayed_size",
     "DEMO_TEST_PHOTOS",
@@ -246,32 +245,15 @@ def check_test_image(path: str | Path) -> str | None:
 IMAGE_SIDE = 64
 
 
-def resize_notice(files) -> str | None:
-    """
-    One line naming how many test images are not 64 x 64 (upstream's
-    ``Resize((64, 64))`` in `multigeom.datasets.CANONICAL_TRANSFORM` scales them, and
-    squeezes one that is not square) and the first of them, or None. Sizes as
-    displayed (EXIF orientations 5 to 8 turn the image a quarter); PIL reads only the
-    files' headers; an unreadable file is left out (the scenario's check names it).
-    """
-    from PIL import Image
-
-    sizes = []
-    for f in files:
-        try:
-            with Image.open(f) as img:
-                sizes.append((str(f), displayed_size(img)))
-        except Exception:  # unreadable: the scenario's check names it
-            continue
-    return _resize_line(sizes)
-
-
 def check_test_images(files) -> tuple[tuple[int, str] | None, str | None]:
     """
     Every test image of a run read once: the first that does not read as an image or
     convert (`check_test_image`), as (its index in `files`, the problem), or None;
-    and `resize_notice`'s line for them, or None. One opening per file: the run's
-    parse-time check of 10,000 images costs one pass, not two.
+    and one line naming how many are not 64 x 64 (upstream's ``Resize((64, 64))`` in
+    `multigeom.datasets.CANONICAL_TRANSFORM` scales them, and squeezes one that is not
+    square) and the first of them, or None (sizes as displayed: EXIF orientations 5
+    to 8 turn the image a quarter). One opening per file: the run's parse-time check
+    of 10,000 images costs one pass.
     """
     from PIL import Image
 

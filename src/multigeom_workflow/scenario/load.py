@@ -125,7 +125,7 @@ def _check_device(device: str, ids: list[str]):
 def _check_readable(files) -> str | None:
     """
     Every test image of the run opens as an image (named otherwise); returns the
-    notice for the images that are not 64 x 64 (`resize_notice`), or None: one pass.
+    notice for the images that are not 64 x 64 (`check_test_images`), or None: one pass.
     """
     from ..inputs.images import check_test_images
 
