@@ -6,7 +6,9 @@ modal, slurm), each beside a bare Snakefile with the same number of trivial jobs
 1.5 x the bare figure at 10,000 images per configuration, with every profile. The
 bare Snakefile is also timed with the profile itself (less its `logger:` line, the
 workflow's own plugin): what the profile's settings alone cost Snakemake (the slurm
-profile's set-resources, say).
+profile's set-resources, say); and with the garbage collector's thresholds the
+workflow sets in its Snakemake process (`snakemake_hooks.GC_THRESHOLDS`): what the
+workflow costs beyond the collector's setting.
 
 The scenario: inception and resnet50 fitted to V1 and V4, with checkpoint files of
 their own (empty stand-ins: a dry run does not read them), a folder of 10,000 test image
@@ -31,6 +33,7 @@ from pathlib import Path
 import yaml
 
 from multigeom_workflow.compute.standin import write_test_images
+from multigeom_workflow.snakemake_hooks import GC_THRESHOLDS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -113,6 +116,12 @@ def main(argv=None):
             (bare_dir / "Snakefile").write_text(BARE.format(n=n))
             bare = [sys.executable, "-m", "snakemake", "-n", "--directory"]
             bare += [str(bare_dir), "-s", str(bare_dir / "Snakefile")]
+            gc_snakefile = bare_dir / "Snakefile-gc"
+            gc_snakefile.write_text(
+                f"import gc\ngc.set_threshold{GC_THRESHOLDS}\n" + BARE.format(n=n)
+            )
+            bare_gc = [sys.executable, "-m", "snakemake", "-n", "--directory"]
+            bare_gc += [str(bare_dir), "-s", str(gc_snakefile), "--cores", "2"]
             for profile in args.profiles:
                 bare_profile = root / f"bare-profile-{profile}"
                 bare_profile.mkdir(exist_ok=True)
@@ -129,14 +138,16 @@ def main(argv=None):
                 cmd += ["--configfile", str(config)]
                 cmd += ["--profile", str(REPO / "profiles" / profile)]
                 # side by side: the workflow's run, then the bare Snakefile's
-                times, bare_times, profiled = [], [], []
+                times, bare_times, profiled, collected = [], [], [], []
                 for _ in range(args.repeat):
                     times += timed(cmd, env, 1)
                     bare_times += timed([*bare, "--cores", "2"], env, 1)
                     profiled += timed([*bare, "--profile", str(bare_profile)], env, 1)
+                    collected += timed(bare_gc, env, 1)
                 best, bare_best = min(times), min(bare_times)
                 cpu, bare_cpu = min(c for _, c in times), min(c for _, c in bare_times)
                 profiled_cpu = min(c for _, c in profiled)
+                gc_cpu = min(c for _, c in collected)
                 print(
                     f"snakemake -n --profile {profile}, 4 configurations x {n:,} "
                     f"images: {best[0]:.1f} s wall-clock, {cpu:.1f} s CPU (best of "
@@ -145,7 +156,9 @@ def main(argv=None):
                     f"{best[0] / bare_best[0]:.2f} wall-clock, "
                     f"{cpu / bare_cpu:.2f} CPU; the bare Snakefile with the profile: "
                     f"{profiled_cpu:.1f} s CPU ({profiled_cpu / bare_cpu:.2f} x the "
-                    f"bare one; the workflow {cpu / profiled_cpu:.2f} x it)",
+                    f"bare one; the workflow {cpu / profiled_cpu:.2f} x it); the bare "
+                    f"Snakefile with the workflow's GC thresholds: {gc_cpu:.1f} s CPU "
+                    f"(the workflow {cpu / gc_cpu:.2f} x it)",
                     flush=True,
                 )
 

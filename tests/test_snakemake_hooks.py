@@ -29,6 +29,7 @@ def test_every_internal_in_use_is_named():
         "overwrite_function_params",
         "queue_listener",
         "plugin_handlers",
+        "Resource.evaluate",
     ):
         assert needle in source
         assert any(needle in name for name in hooks.INTERNALS), needle
@@ -123,6 +124,58 @@ def test_constant_set_resources_are_evaluated_once_to_snakemake_s_value():
     assert after["tmpdir"] == tempfile.gettempdir()
     assert snakemake_value(rule.resources["runtime"], attempt=2) == 120
     assert rule.resources["bad"].is_evaluable()  # its error stays Snakemake's
+
+
+def test_resource_evaluation_reads_its_signature_once(monkeypatch):
+    """Once settled, Snakemake's evaluation of a job's resource no longer calls
+    inspect.signature on Resource.evaluate, passes it the same parameters as before,
+    and a resource function still gets only the parameters it names."""
+    import snakemake.api  # noqa: F401  (first, as the CLI does)
+    from snakemake.common import (
+        FUNC_OVERWRITE_PARAMS_ATTR,
+        get_function_params,
+        get_input_function_aux_params,
+    )
+    from snakemake.iocontainers import Wildcards
+    from snakemake.resources import Resource
+
+    monkeypatch.delattr(Resource.evaluate, FUNC_OVERWRITE_PARAMS_ATTR, raising=False)
+    runtime = Resource("runtime", lambda wildcards, attempt: 60 * attempt)
+    # what Rule.apply_input_function offers a resource's evaluate (rules.py)
+    offered = {"input": (), "attempt": 2, "threads": 1, "rulename": "estimate_image"}
+    before = dict(get_function_params(runtime.evaluate))
+    assert set(before) == {"args", "kwargs"}
+    assert get_input_function_aux_params(runtime.evaluate, offered) == offered
+
+    hooks.settle_resource_evaluation()
+
+    def no_signature(*args, **kwargs):
+        raise AssertionError("inspect.signature called")
+
+    monkeypatch.setattr(inspect, "signature", no_signature)
+    fresh = Resource("runtime", lambda wildcards, attempt: 60 * attempt)
+    assert dict(get_function_params(fresh.evaluate)) == before
+    assert get_input_function_aux_params(fresh.evaluate, offered) == offered
+    monkeypatch.undo()  # the resource function's own signature is read as before
+    wildcards = Wildcards(fromdict={"encoder": "inception"})
+    assert fresh.evaluate(wildcards, **offered).value == 120
+
+
+def test_the_garbage_collector_runs_less_often_never_more():
+    """fewer_collections raises each threshold to GC_THRESHOLDS and keeps a higher
+    one already set."""
+    import gc
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        hooks.fewer_collections()
+        assert gc.get_threshold() == hooks.GC_THRESHOLDS == (50_000, 20, 20)
+        gc.set_threshold(100_000, 5, 50)
+        hooks.fewer_collections()
+        assert gc.get_threshold() == (100_000, 20, 50)
+    finally:
+        gc.set_threshold(*saved)
 
 
 def test_an_idle_multigeom_logger_plugin_loses_its_queue_in_a_dry_run():
