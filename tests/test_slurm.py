@@ -366,6 +366,39 @@ def test_the_paper_at_10000_images_asks_no_allocation_above_the_cap(
     assert max(capped.limits) <= 480 and len(capped.shards) > len(default.shards)
 
 
+def test_the_dry_runs_shards_are_those_of_a_new_plan_without_a_second_sinfo(
+    tmp_path, monkeypatch
+):
+    """The dry run's estimate shards Snakemake's plan with the parse's seconds per
+    image, cap and partition MaxTime (`SlurmPlan.replanned`): the same plan as
+    `slurm_plan` of those computations, and sinfo read once."""
+    import yaml
+
+    from multigeom_workflow.planning import slurm as slurm_module
+    from multigeom_workflow.planning.plan import pending_images
+    from multigeom_workflow.scenario import validated_scenario
+
+    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    scenario = validated_scenario(config, REPO)
+    asked = []
+    monkeypatch.setattr(
+        slurm_module,
+        "partition_max_minutes",
+        lambda partition: asked.append(partition) or (30, "gpu"),
+    )
+    first = slurm_plan(scenario, [], wanted=3, partition="gpu")
+    assert first.cap == 30 and first.cap_source == "MaxTime of partition gpu"
+    planned = [(c, i, 1 + (i < 2)) for c, i in pending_images(scenario)[::3]]
+    again = first.replanned(planned)
+    assert asked == ["gpu"]
+    assert again == slurm_plan(scenario, [], wanted=3, partition="gpu", planned=planned)
+    in_order = [x for shard in again.shards for x in shard]
+    assert in_order == [(c, i) for c, i, _ in planned]
+    assert sum(map(sum, again.jobs)) == sum(k for _, _, k in planned)
+    assert len(again.shards) > 3 and max(again.limits) <= 30  # the cap still holds
+
+
 def test_a_refused_submission_is_shown_in_sbatchs_words(
     slurm_cluster, tiny_run, tmp_path
 ):

@@ -745,13 +745,17 @@ def estimate_text(workflow, run: Run, planned) -> list[str]:
         jobs = {}
         for _, config, index in planned:
             jobs[(config, index)] = jobs.get((config, index), 0) + 1
-        slurm = plan_for_run(
-            run.scenario,
-            workflow.resource_settings,
-            run.shards_setting,
-            False,
-            planned=[(config, i, jobs[(config, i)]) for config, i in pending],
-        )
+        computations = [(config, i, jobs[(config, i)]) for config, i in pending]
+        if run.slurm.shards:  # its timings and MaxTime read once, at parse
+            slurm = run.slurm.replanned(computations)
+        else:
+            slurm = plan_for_run(
+                run.scenario,
+                workflow.resource_settings,
+                run.shards_setting,
+                False,
+                planned=computations,
+            )
         lines += slurm.lines()
     return lines
 

@@ -15,7 +15,7 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..compute.kept import restore_after_ended_allocations
 from ..scenario import Scenario
@@ -161,6 +161,26 @@ class SlurmPlan:
             for i, shard in enumerate(self.shards)
             for item in shard
         }
+
+    def replanned(self, planned: list) -> SlurmPlan:
+        """
+        The shards of other computations with this plan's seconds per image, cap and
+        shards wanted: the plan of Snakemake's jobs to run (the dry run's estimate),
+        without reading the timings and the partition's MaxTime (``sinfo``) again. It
+        equals `slurm_plan` with ``planned`` where this plan had computations to shard
+        (an empty plan read no MaxTime: plan that one anew).
+
+        Parameters
+        ----------
+        planned : list of ((encoder, area), index, jobs)
+            As for `slurm_plan`.
+        """
+        pending = [(config, i) for config, i, _ in planned]
+        jobs_of = [k for _, _, k in planned]
+        shards, jobs, limits = plan_shards(
+            pending, jobs_of, self.wanted, self.seconds_per_image, self.cap
+        )
+        return replace(self, shards=shards, jobs=jobs, limits=limits)
 
     def runtimes(self) -> dict:
         """
