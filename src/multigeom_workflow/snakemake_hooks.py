@@ -323,11 +323,13 @@ def fewer_collections() -> None:
     (`GC_THRESHOLDS`, or the thresholds already set where higher). Snakemake builds
     tens of objects per job and keeps them for the whole run: at CPython's default a
     collection starts every 700 new objects and scans the young ones again and again,
-    and the older generations' collections scan every job. Measured on a dry run of
-    4 x 10,000 images (benchmarks/dryrun_speed.py, 2026-12-01): 6.6 s of 47 CPU-seconds
-    in 10,938 collections at the default, 1.6 s in 145 at these thresholds; the peak
-    memory the same (955 MB). Objects freed by their reference count (nearly all)
-    are freed at once either way; only garbage in reference cycles waits longer.
+    and the older generations' collections scan every job. Measured with
+    `gc.callbacks` on a dry run of 4 x 10,000 images with the slurm profile (2-core
+    machine, 2026-12-01): 6.6 s of 47 CPU-seconds in 10,938 collections at the
+    default, 1.6 s in 145 at these thresholds, the peak memory the same (955 MB);
+    docs/estimates.md has the benchmark's figures. Objects freed by their reference
+    count (nearly all) are freed at once either way; only garbage in reference cycles
+    waits longer.
     """
     import gc
 
