@@ -166,7 +166,10 @@ def test_bare_profile_names_after_install(tmp_path):
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "CUDA_VISIBLE_DEVICES": ""}
     result = run_snakemake(work, "-n", "--profile", "local-gpu", env=env)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "Using profile local-gpu" in result.stdout + result.stderr
+    # (with the workflow's own profile, which is not registered: profiles/default)
+    said = result.stdout + result.stderr
+    assert "Using profiles local-gpu and workflow specific profile " in said
+    assert f"{REPO / 'profiles' / 'default'} for setting" in said
     other = tmp_path / "other"
     (other / "local-cpu").mkdir(parents=True)
     with pytest.raises(Exception, match="already exists and is not this workflow's"):

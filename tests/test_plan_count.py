@@ -132,6 +132,33 @@ def test_incomplete_metadata_is_counted(tiny_copy):
     assert header_left(result) == 1
 
 
+def test_an_update_of_the_workflows_commands_recomputes_nothing(tiny_copy):
+    """
+    A run finished by an older version of the workflow whose per-image command
+    differed (Snakemake records a job's shell command as its `code`:
+    snakemake/persistence/__init__.py, `_code`): a plain `snakemake -n`, no
+    --profile, plans no per-image job, since the workflow's own profile
+    (profiles/default) leaves `code` out of the rerun triggers. Without that profile
+    Snakemake would compute every per-image file again.
+    """
+    import json
+
+    changed = 0
+    for record in (tiny_copy / ".snakemake" / "metadata").iterdir():
+        data = json.loads(record.read_text())
+        if data.get("rule") in PER_IMAGE_RULES:
+            data["code"] = "multigeom-workflow-estimate --an-older-command"
+            record.write_text(json.dumps(data))
+            changed += 1
+    assert changed == 12  # tiny.yaml: 4 configurations x 2 images, 4 ceiling images
+    result = dry(tiny_copy)
+    assert "workflow specific profile" in result.stdout + result.stderr
+    assert header_left(result) == 0
+    without = dry(tiny_copy, "--workflow-profile", "none")
+    assert header_left(without) == 12
+    assert "Code has changed since last execution" in without.stdout + without.stderr
+
+
 def test_progress_counts_what_snakemake_plans(tiny_copy):
     (tiny_copy / "runs/per_image/onoff/simple/img0000.pt").unlink()
     cmd = [sys.executable, "-m", "multigeom_workflow.cli", "progress"]

@@ -59,12 +59,19 @@ def _selected(scenario: Scenario, names: list[str] | None):
     return [known[n] for n in names]
 
 
+#: The profile Snakemake reads at every run of the workflow (``profiles/default``
+#: beside the Snakefile, its "workflow specific profile"), not one to register.
+WORKFLOW_PROFILE = "default"
+
+
 def install_profiles(profiles_dir: Path, target: Path | None = None) -> list[Path]:
     """
     Register the workflow's profiles where Snakemake looks up a bare profile name (its
     user configuration folder, ``~/.config/snakemake`` on Linux): one symbolic link per
     folder of `profiles_dir`, so that ``snakemake --profile local-gpu`` works from any
-    folder. A link that is already there is kept.
+    folder. A link that is already there is kept. ``profiles/default`` is left out:
+    it is the workflow's own profile, which Snakemake reads next to the Snakefile at
+    every run (`WORKFLOW_PROFILE`), and a user's ``default`` profile is theirs.
 
     Raises
     ------
@@ -77,7 +84,9 @@ def install_profiles(profiles_dir: Path, target: Path | None = None) -> list[Pat
         target = Path(user_config_dir("snakemake", "snakemake"))
     target.mkdir(parents=True, exist_ok=True)
     links = []
-    for profile in sorted(p for p in profiles_dir.iterdir() if p.is_dir()):
+    for profile in sorted(
+        p for p in profiles_dir.iterdir() if p.is_dir() and p.name != WORKFLOW_PROFILE
+    ):
         link = target / profile.name
         if link.is_symlink() and link.resolve() == profile.resolve():
             links.append(link)
