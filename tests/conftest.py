@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,25 @@ def run_snakemake(
         check=False,
         env={**os.environ, **(env or {})},
     )
+
+
+#: The line Snakemake writes first when it reads profiles, the workflow's own
+#: (profiles/default) at every run: "Using [profile X and ]workflow specific profile
+#: P for setting default command line arguments." (snakemake/cli.py, parse_args).
+PROFILES_LINE = re.compile(
+    r"^Using (profiles? .+ and )?workflow specific profile .+ for setting default "
+    r"command line arguments\.$"
+)
+
+
+def said_lines(stderr: str) -> list[str]:
+    """The non-empty lines of a Snakemake run's stderr, less its line naming the
+    profiles it reads (`PROFILES_LINE`)."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.strip() and not PROFILES_LINE.match(line)
+    ]
 
 
 def planned_jobs(result) -> dict[str, int]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY_CONFIG, run_snakemake
+from conftest import REPO, TINY_CONFIG, run_snakemake, said_lines
 from multigeom.datasets import CANONICAL_TRANSFORM
 from PIL import Image
 
@@ -153,7 +153,7 @@ def test_unreadable_image_stops_snakemake_before_any_job(tmp_path):
     work.mkdir()
     result = run_snakemake(work, "-n", configfile=configfile)
     assert result.returncode == 1
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = said_lines(result.stderr)
     assert len(lines) == 1 and "p1.png" in lines[0], result.stderr
     assert lines[0].startswith("config error: config key 'test_images.path'")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY_CONFIG, run_snakemake
+from conftest import REPO, TINY_CONFIG, run_snakemake, said_lines
 from fakes import tinyimagenet_zip
 
 from multigeom_workflow.scenario import ConfigError, validated_scenario
@@ -245,7 +245,7 @@ def test_snakemake_says_one_line_and_runs_no_job(tmp_path, name, args):
     work.mkdir()
     result = run_snakemake(work, *args, configfile=configfile, env=case.env)
     assert result.returncode == 1
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = said_lines(result.stderr)
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("config error: ")
     assert_names(lines[0], case.key, case.value, case.allowed)

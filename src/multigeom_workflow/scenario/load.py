@@ -122,10 +122,15 @@ def _check_device(device: str, ids: list[str]):
         )
 
 
-def _check_readable(files) -> str | None:
+def _checked_test_images(files) -> str | None:
     """
-    Every test image of the run opens as an image (named otherwise); returns the
-    notice for the images that are not 64 x 64 (`check_test_images`), or None: one pass.
+    The notice for the test images of the run that are not 64 x 64, or None, once
+    every one of them opens as an image (`check_test_images`: both in one pass).
+
+    Raises
+    ------
+    ConfigError
+        Naming the first image that does not open, and why.
     """
     from ..inputs.images import check_test_images
 
@@ -277,7 +282,7 @@ def load_scenario(
         source == "tinyimagenet" and not config["test_images"]["download"]
     )
     if listed and not remote:  # files already there: each must read as an image
-        resized = _check_readable(files[:n_images])
+        resized = _checked_test_images(files[:n_images])
         # (TinyImageNet's and the demo's images are 64 x 64: a folder's may not be)
         notes = (*notes, resized) if resized and source == "folder" else notes
     ceiling_images = int(config.get("noise_ceiling_images") or 0)
