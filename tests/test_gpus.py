@@ -128,8 +128,8 @@ def test_no_gpu_is_said_in_one_line(tmp_path):
     result = run_snakemake(tmp_path, "-n", "--config", "device=auto", env=env)
     notice = [line for line in result.stderr.splitlines() if "no GPU found" in line]
     assert notice == [
-        "no GPU found (config key 'device' = 'auto'): the per-image jobs run on the "
-        "CPU here (on Modal, on its GPUs)"
+        "no GPU found (config key 'device' = 'auto'): a local run's per-image jobs "
+        "run on the CPU here (with the Modal or SLURM profile, on their GPUs)"
     ]
     assert "here (cpu)" in result.stderr
     assert "gpu=1" not in result.stdout

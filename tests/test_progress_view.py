@@ -50,7 +50,8 @@ def test_rate_and_time_left(tmp_path):
     state.restart_clock()  # the first per-image job starts: the rate counts from now
     assert state.totals() == (4, 8, 0) and state.rate_per_min() is None
     assert line == (
-        "progress: 4/8 images (a/V1 1/4, b/V1 3/4); 2 images/min; about 2 min left"
+        "progress: 4/8 per-image computations (a/V1 1/4, b/V1 3/4); 2 per min; "
+        "about 2 min left"
     )
 
 
@@ -82,11 +83,13 @@ def test_plain_lines_when_not_a_terminal(tmp_path, monkeypatch):
     finally:
         handler.close()
     lines = out.getvalue().splitlines()
-    assert lines[0] == "progress: 0/4 images (a/V1 0/4); rate not known yet"
+    assert lines[0] == (
+        "progress: 0/4 per-image computations (a/V1 0/4); rate not known yet"
+    )
     assert lines[1] == "Building DAG of jobs..."
     assert lines[2] == "Finished jobid: 3"
-    assert lines[3].startswith("progress: 1/4 images (a/V1 1/4); ")
-    assert "images/min; about" in lines[3]
+    assert lines[3].startswith("progress: 1/4 per-image computations (a/V1 1/4); ")
+    assert " per min; about" in lines[3]
 
 
 def test_no_view_in_a_dry_run(tmp_path, monkeypatch):
@@ -130,3 +133,44 @@ def test_a_dry_run_prints_the_same_with_and_without_the_plugin(tmp_path):
     assert "rule estimate_image:" in outs[0]
     assert len(outs[0]) > 100
     assert outs[1] == outs[0]
+
+
+def test_the_noise_ceilings_estimates_have_a_row_of_their_own(tmp_path, monkeypatch):
+    """The view's rows are those of the dry run's estimate and of `progress`: per
+    configuration its images, the noise ceiling's second estimates in one row."""
+    import yaml
+    from conftest import REPO, TINY_CONFIG
+
+    from multigeom_workflow.scenario import validated_scenario
+    from multigeom_workflow.snakemake_hooks import _planned_files
+
+    monkeypatch.chdir(tmp_path)
+    scenario = validated_scenario(yaml.safe_load(TINY_CONFIG.read_text()), REPO)
+    first, second = "estimate_image", "estimate_image_ceiling"
+    planned = [
+        (first, ("onoff", "complex"), 0),
+        (first, ("onoff", "complex"), 1),
+        (second, ("onoff", "complex"), 0),
+        (second, ("smallcnn", "simple"), 0),
+    ]
+    rows = _planned_files(scenario, planned)
+    assert list(rows) == [
+        "onoff/complex",
+        "smallcnn/complex",
+        "onoff/simple",
+        "smallcnn/simple",
+        "noise ceiling",
+    ]
+    assert rows["onoff/complex"] == [
+        scenario.per_image_file("onoff", "complex", 0),
+        scenario.per_image_file("onoff", "complex", 1),
+    ]
+    assert rows["noise ceiling"] == [
+        scenario.ceiling_file("onoff", "complex", 0),
+        scenario.ceiling_file("smallcnn", "simple", 0),
+    ]
+    assert ProgressState(rows).line() == (
+        "progress: 0/4 per-image computations (onoff/complex 0/2, smallcnn/complex "
+        "0/0, onoff/simple 0/0, smallcnn/simple 0/0, noise ceiling 0/2); rate not "
+        "known yet"
+    )

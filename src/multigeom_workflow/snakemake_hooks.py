@@ -32,7 +32,7 @@ from .compute.workers import clean_after_killed_runs
 from .on_modal.preflight import before_modal_run
 from .planning.content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
 from .planning.cost import budget_problem
-from .planning.live_view import set_plan
+from .planning.live_view import CEILING_ROW, set_plan
 from .planning.plan import estimate_lines, pending_images, progress, run_estimates
 from .planning.shards import SHARD_GROUP, num_shards, shard_groups
 from .planning.slurm import (
@@ -826,14 +826,19 @@ class DryRunEstimate(logging.Handler):
 
 
 def _planned_files(scenario: Scenario, planned) -> dict[str, list[str]]:
+    """The planned per-image files by configuration ("encoder/area"), and the noise
+    ceiling's second estimates in a row of their own (`live_view.CEILING_ROW`), as
+    the dry run's estimate and ``multigeom-workflow progress`` show them.
+    """
     out = {f"{c.encoder}/{c.area}": [] for c in scenario.configurations}
+    if scenario.ceiling_images:
+        out[CEILING_ROW] = []
     for rule, (encoder, area), index in planned:
-        path = (
-            scenario.per_image_file
-            if rule == PER_IMAGE_RULES[0]
-            else scenario.ceiling_file
-        )
-        out.setdefault(f"{encoder}/{area}", []).append(path(encoder, area, index))
+        if rule == PER_IMAGE_RULES[0]:
+            row, path = f"{encoder}/{area}", scenario.per_image_file
+        else:
+            row, path = CEILING_ROW, scenario.ceiling_file
+        out.setdefault(row, []).append(path(encoder, area, index))
     return out
 
 

@@ -1,7 +1,8 @@
 """
 Snakemake logger plugin ``multigeom`` (``snakemake --logger multigeom``): Snakemake's
-usual messages, and the workflow's progress view (images done per configuration,
-images per minute, time left; `multigeom_workflow.planning.live_view`).
+usual messages, and the workflow's progress view (images done per configuration and
+the noise ceiling's second estimates done, per-image computations per minute, time
+left; `multigeom_workflow.planning.live_view`).
 
 On a terminal the view is a live table below the messages; when the output is not a
 terminal (a log file, CI), or with ``--logger-multigeom-plain``, the messages are

@@ -1,10 +1,13 @@
 """
-A live view of a run's per-image work: images done per configuration, images per
-minute and time left, drawn by the workflow's Snakemake logger plugin
+A live view of a run's per-image work: images done per configuration and the noise
+ceiling's second estimates done (the rows of the dry run's estimate and of
+``multigeom-workflow progress``), per-image computations per minute and time left,
+drawn by the workflow's Snakemake logger plugin
 (``--logger multigeom``, package ``snakemake_logger_plugin_multigeom``; the profiles
 enable it).
 
-The plan (every per-image file of the run, by configuration) is handed over by the
+The plan (every per-image file the run will compute, by configuration, and the noise
+ceiling's in a row of their own, `CEILING_ROW`) is handed over by the
 workflow once Snakemake has planned (`set_plan`, from
 `multigeom_workflow.snakemake_hooks.DryRunEstimate`: the per-image files it will
 compute); the view counts the files
@@ -24,10 +27,13 @@ from dataclasses import dataclass, field
 
 from .cost import format_duration_short
 
-__all__ = ["PLAN", "ProgressState", "set_plan"]
+__all__ = ["CEILING_ROW", "PLAN", "ProgressState", "set_plan"]
 
-#: configuration ("encoder/area") -> its per-image files; filled by `set_plan`.
+#: configuration ("encoder/area") -> its per-image files, and `CEILING_ROW` -> the
+#: noise ceiling's second estimates; filled by `set_plan`.
 PLAN: dict[str, list[str]] = {}
+#: The row of the noise ceiling's second estimates (all configurations).
+CEILING_ROW = "noise ceiling"
 
 
 def set_plan(files_by_configuration: dict[str, list[str]]) -> None:
@@ -39,12 +45,13 @@ def set_plan(files_by_configuration: dict[str, list[str]]) -> None:
 @dataclass
 class ProgressState:
     """
-    Images done per configuration and the rate of this run.
+    Per-image files done per row (configuration, or `CEILING_ROW`) and the rate of
+    this run.
 
     Attributes
     ----------
     plan : dict
-        Configuration -> its per-image files.
+        Row (configuration, or `CEILING_ROW`) -> its per-image files.
     initial : dict
         Configuration -> files that existed when the view started (not counted in the
         rate).
@@ -111,9 +118,12 @@ class ProgressState:
         )
         rate = self.rate_per_min(now)
         left = self.seconds_left(now)
-        speed = "rate not known yet" if rate is None else f"{rate:.3g} images/min"
+        speed = "rate not known yet" if rate is None else f"{rate:.3g} per min"
         eta = "" if left is None else f"; about {format_duration_short(left)} left"
-        return f"progress: {done}/{total} images ({per_config}); {speed}{eta}"
+        return (
+            f"progress: {done}/{total} per-image computations ({per_config}); "
+            f"{speed}{eta}"
+        )
 
     def table(self, now: float | None = None):
         """The live view: a rich table, one row per configuration and a total."""
@@ -122,14 +132,14 @@ class ProgressState:
         rate = self.rate_per_min(now)
         left = self.seconds_left(now)
         done, total, _ = self.totals()
-        title = "per-image work: " + (
+        title = "per-image computations: " + (
             "rate not known yet"
             if rate is None
-            else f"{rate:.3g} images/min, about {format_duration_short(left)} left"
+            else f"{rate:.3g} per min, about {format_duration_short(left)} left"
         )
         table = Table(title=title, title_justify="left")
         table.add_column("configuration")
-        table.add_column("images done", justify="right")
+        table.add_column("done", justify="right")
         table.add_column("", justify="left")
         for c, files in self.plan.items():
             n = len(files)

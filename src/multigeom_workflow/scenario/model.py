@@ -157,8 +157,9 @@ class Scenario:
         if self.device_asked in ("cpu", self.device) or self.uses_gpu:
             return None
         return (
-            f"no GPU found (config key 'device' = {self.device_asked!r}): the "
-            "per-image jobs run on the CPU here (on Modal, on its GPUs)"
+            f"no GPU found (config key 'device' = {self.device_asked!r}): a local "
+            "run's per-image jobs run on the CPU here (with the Modal or SLURM "
+            "profile, on their GPUs)"
         )
 
     @property
