@@ -35,7 +35,7 @@ from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import CHECKOUT_DIR
 from .settings.layout import is_ceiling_file, parse_image_file
 from .settings.load import load_config
-from .settings.names import configuration_label
+from .settings.names import CEILING_ROW, configuration_label
 
 __all__ = ["install_profiles", "load_config", "locked", "main"]
 
@@ -185,7 +185,7 @@ def cmd_progress(scenario: Scenario, args) -> int:
         print(f"{enc + '/' + area:<24} {n:>6} / {total}")
     if scenario.ceiling_images and ceiling:
         n, total = (sum(counts) for counts in zip(*ceiling.values(), strict=True))
-        print(f"{'noise ceiling':<24} {n:>6} / {total}")
+        print(f"{CEILING_ROW:<24} {n:>6} / {total}")
         done = {**done, ("", "ceiling"): (n, total)}
     n_done = sum(n for n, _ in done.values())
     n_total = sum(t for _, t in done.values())

@@ -32,7 +32,7 @@ from .compute.workers import clean_after_killed_runs
 from .on_modal.preflight import before_modal_run
 from .planning.content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
 from .planning.cost import budget_problem
-from .planning.live_view import CEILING_ROW, set_plan
+from .planning.live_view import set_plan
 from .planning.plan import estimate_lines, pending_images, progress, run_estimates
 from .planning.shards import SHARD_GROUP, num_shards, shard_groups
 from .planning.slurm import (
@@ -52,7 +52,7 @@ from .results.verify import (
 )
 from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import resolve_settings_file
-from .settings.names import PER_IMAGE_RULES
+from .settings.names import CEILING_ROW, PER_IMAGE_RULES
 
 __all__ = [
     "INTERNALS",
@@ -514,7 +514,6 @@ def estimate_resources(run: Run) -> dict:
     none of what its executor does not read (Snakemake formats every resource of each
     of 40,000 jobs in a dry run).
     """
-    from snakemake.common import get_function_params, overwrite_function_params
     from snakemake_executor_plugin_modal.preflight import requested_settings
 
     s = run.scenario
@@ -524,8 +523,7 @@ def estimate_resources(run: Run) -> dict:
         def runtime(wildcards) -> int:
             return run.runtime_of(wildcards)
 
-        # Snakemake reads a resource function's parameters at each job otherwise
-        overwrite_function_params(runtime, get_function_params(runtime))
+        record_signature(runtime)  # Snakemake reads it at each job otherwise
         out["runtime"] = runtime
     if requested_settings() is not None:  # --executor modal (a profile's too)
         out["modal_gpu"] = s.modal["gpu"]
@@ -574,26 +572,35 @@ def settle_resource_evaluation() -> None:
     reads its function's attributes, so the recorded one serves every resource).
     What is passed on is unchanged: the same parameters, read once.
     """
-    from snakemake.common import get_function_params, overwrite_function_params
     from snakemake.resources import Resource
 
-    params = get_function_params(Resource("_cores", 1).evaluate)
-    overwrite_function_params(Resource.evaluate, params)
+    record_signature(Resource.evaluate, Resource("_cores", 1).evaluate)
+
+
+def record_signature(func, of=None) -> None:
+    """
+    Record on `func` the parameters Snakemake reads of `of` (default: `func` itself;
+    `snakemake.common.get_function_params`), as Snakemake's own ioutils do
+    (`snakemake.common.overwrite_function_params`): Snakemake then reads them from
+    there instead of calling `inspect.signature` at each call.
+    """
+    from snakemake.common import get_function_params, overwrite_function_params
+
+    overwrite_function_params(func, get_function_params(func if of is None else of))
 
 
 def settle_input_functions(rule) -> None:
     """
     Record the signature of each input function of `rule` on the function
     (`snakemake.common.overwrite_function_params`, as Snakemake's own ioutils do with
-    `get_function_params`' value): Snakemake reads a function's parameters at each
-    call to know what to pass it, with `inspect.signature`, twice per job.
+    `get_function_params`' value: `record_signature`): Snakemake reads a function's
+    parameters at each call to know what to pass it, with `inspect.signature`, twice
+    per job.
     """
-    from snakemake.common import get_function_params, overwrite_function_params
-
     for item in rule.input:
         func = getattr(getattr(item, "_file", item), "callable", None)
         if callable(func):
-            overwrite_function_params(func, get_function_params(func))
+            record_signature(func)
 
 
 #: What a resource expression of the command line or a profile (`set-resources`,
@@ -827,7 +834,7 @@ class DryRunEstimate(logging.Handler):
 
 def _planned_files(scenario: Scenario, planned) -> dict[str, list[str]]:
     """The planned per-image files by configuration ("encoder/area"), and the noise
-    ceiling's second estimates in a row of their own (`live_view.CEILING_ROW`), as
+    ceiling's second estimates in a row of their own (`settings.names.CEILING_ROW`), as
     the dry run's estimate and ``multigeom-workflow progress`` show them.
     """
     out = {f"{c.encoder}/{c.area}": [] for c in scenario.configurations}

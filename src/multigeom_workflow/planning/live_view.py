@@ -7,15 +7,15 @@ drawn by the workflow's Snakemake logger plugin
 enable it).
 
 The plan (every per-image file the run will compute, by configuration, and the noise
-ceiling's in a row of their own, `CEILING_ROW`) is handed over by the
+ceiling's in a row of their own, `settings.names.CEILING_ROW`) is handed over by the
 workflow once Snakemake has planned (`set_plan`, from
 `multigeom_workflow.snakemake_hooks.DryRunEstimate`: the per-image files it will
-compute); the view counts the files
-that exist (so images finished inside a SLURM allocation or a Modal container show as
-their files arrive, not only when their whole shard ends) and the per-image jobs
-Snakemake reports finished. On a terminal the view is a table below Snakemake's usual
-messages (rich's ``Live``); elsewhere (a log file, CI) Snakemake's messages are written
-as usual, with one plain ``progress:`` line whenever the count changes.
+compute); the view counts the files that exist (so images finished inside a SLURM
+allocation or a Modal container show as their files arrive, not only when their whole
+shard ends) and the per-image jobs Snakemake reports finished. On a terminal the view
+is a table below Snakemake's usual messages (rich's ``Live``); elsewhere (a log file,
+CI) Snakemake's messages are written as usual, with one plain ``progress:`` line
+whenever the count changes.
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ from dataclasses import dataclass, field
 
 from .cost import format_duration_short
 
-__all__ = ["CEILING_ROW", "PLAN", "ProgressState", "set_plan"]
+__all__ = ["PLAN", "ProgressState", "set_plan"]
 
-#: configuration ("encoder/area") -> its per-image files, and `CEILING_ROW` -> the
-#: noise ceiling's second estimates; filled by `set_plan`.
+#: configuration ("encoder/area") -> its per-image files, and
+#: `settings.names.CEILING_ROW` -> the noise ceiling's second estimates; filled by
+#: `set_plan`.
 PLAN: dict[str, list[str]] = {}
-#: The row of the noise ceiling's second estimates (all configurations).
-CEILING_ROW = "noise ceiling"
 
 
 def set_plan(files_by_configuration: dict[str, list[str]]) -> None:
@@ -45,13 +44,13 @@ def set_plan(files_by_configuration: dict[str, list[str]]) -> None:
 @dataclass
 class ProgressState:
     """
-    Per-image files done per row (configuration, or `CEILING_ROW`) and the rate of
-    this run.
+    Per-image files done per row (configuration, or `settings.names.CEILING_ROW`) and
+    the rate of this run.
 
     Attributes
     ----------
     plan : dict
-        Row (configuration, or `CEILING_ROW`) -> its per-image files.
+        Row (configuration, or `settings.names.CEILING_ROW`) -> its per-image files.
     initial : dict
         Configuration -> files that existed when the view started (not counted in the
         rate).

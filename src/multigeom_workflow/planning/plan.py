@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from ..scenario import Scenario
+from ..settings.names import CEILING_ROW
 from .cost import (
     DEFAULT_STARTUP_S,
     ENGINE_SECONDS_PER_IMAGE,
@@ -269,7 +270,7 @@ def estimate_lines(
         lines.append(f"  {enc + '/' + area:<24} {n:>6} / {total} images done")
     if scenario.ceiling_images:
         n, total = (sum(counts) for counts in zip(*ceiling.values(), strict=True))
-        lines.append(f"  {'noise ceiling':<24} {n:>6} / {total} second estimates done")
+        lines.append(f"  {CEILING_ROW:<24} {n:>6} / {total} second estimates done")
     lines.append(f"  per-image computations left: {local.images_left}")
     if not local.images_left:
         return lines

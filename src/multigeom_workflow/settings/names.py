@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "AREAS",
+    "CEILING_ROW",
     "DEMO_AREAS",
     "DEMO_ENCODERS",
     "ENCODERS",
@@ -38,6 +39,9 @@ AREAS = PAPER_AREAS + DEMO_AREAS
 #: The rules whose jobs are per-image computations: a run's estimates
 #: (rules/estimate.smk) and the noise ceiling's second ones (rules/science.smk).
 PER_IMAGE_RULES = ("estimate_image", "estimate_image_ceiling")
+#: The row of the noise ceiling's second estimates (all configurations) where the dry
+#: run's estimate, ``multigeom-workflow progress`` and the live view count them.
+CEILING_ROW = "noise ceiling"
 #: Pixels of a test image, 64 x 64 (upstream `multigeom.datasets.CANONICAL_TRANSFORM`).
 N_PIXELS = 64 * 64
 
