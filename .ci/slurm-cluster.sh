@@ -12,7 +12,9 @@
 # CPUs and memory, as `slurmd -C` reads them, and 2 fake GPUs: character devices
 # `c 1 3`, since slurmd drops a GPU gres without File= or with plain files), partitions
 # `gpu` (default, no time limit) and `short` (MaxTime 2 minutes: a cap to test
-# against), accounting through slurmdbd into mariadb (bound to 127.0.0.1), account
+# against), `spot` (preemptible: its jobs are cancelled, PREEMPTED, by a job of
+# `urgent`, a partition of a higher PriorityTier; jobs of the other partitions are
+# requeued by it), accounting through slurmdbd into mariadb (bound to 127.0.0.1), account
 # `local` with user root (associations enforced: an unknown account is refused).
 # A site's own /etc/slurm/slurm.conf is never overwritten: start refuses.
 set -euo pipefail
@@ -121,9 +123,16 @@ AccountingStoreFlags=job_comment
 # sacct shows the GPUs asked for (ReqTRES gres/gpu=N)
 AccountingStorageTRES=gres/gpu
 GresTypes=gpu
+# preemption by partition priority: a job of urgent (PriorityTier=10) takes the
+# resources of running jobs of the others (PriorityTier=1): spot's are cancelled
+# (PREEMPTED), the others' requeued (the same job id runs again)
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 NodeName=localhost $node Gres=gpu:2 State=UNKNOWN
 PartitionName=gpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 PartitionName=short Nodes=localhost MaxTime=2 State=UP
+PartitionName=spot Nodes=localhost MaxTime=INFINITE State=UP PreemptMode=CANCEL
+PartitionName=urgent Nodes=localhost MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 EOF
   cat >"$CONF_DIR/gres.conf" <<EOF
 $MARK
@@ -181,13 +190,15 @@ EOF
   daemon slurmdbd root /usr/sbin/slurmdbd -D
   wait_for slurmdbd 60 sacctmgr -n show cluster
   sacctmgr -i add cluster local >/dev/null 2>&1 || true
+  if ((CHANGED)) && { running slurmctld || running slurmd; }; then
+    # daemons of an older configuration (a change of PreemptType needs a restart)
+    say "configuration changed: restarting slurmctld and slurmd"
+    stop_daemon slurmd
+    stop_daemon slurmctld
+  fi
   daemon slurmctld root /usr/sbin/slurmctld -D
   wait_for slurmctld 60 scontrol ping
   daemon slurmd root /usr/sbin/slurmd -D -N localhost
-  if ((CHANGED)) && running slurmctld; then # daemons of an older configuration
-    say "configuration changed: scontrol reconfigure"
-    scontrol reconfigure
-  fi
   sacctmgr -i add account local Description=tests Organization=tests >/dev/null 2>&1 || true
   sacctmgr -i add user root Account=local DefaultAccount=local >/dev/null 2>&1 || true
   sacctmgr -n -P show assoc user=root account=local format=account | grep -qx local ||
@@ -206,15 +217,19 @@ node_ready_or_resume() { # a node drained by an earlier configuration comes back
   return 1
 }
 
+stop_daemon() { # name: stop it if this script started it
+  if [[ -f "$STATE/$1.pid" ]]; then
+    say "stopping $1"
+    start-stop-daemon --stop --quiet --pidfile "$STATE/$1.pid" --retry TERM/20/KILL/5 \
+      --remove-pidfile || true
+    rm -f "$STATE/$1.pid"
+  fi
+}
+
 stop() {
   local name
   for name in slurmd slurmctld slurmdbd mariadbd munged; do
-    if [[ -f "$STATE/$name.pid" ]]; then
-      say "stopping $name"
-      start-stop-daemon --stop --quiet --pidfile "$STATE/$name.pid" --retry TERM/20/KILL/5 \
-        --remove-pidfile || true
-      rm -f "$STATE/$name.pid"
-    fi
+    stop_daemon "$name"
   done
 }
 

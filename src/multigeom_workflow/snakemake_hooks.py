@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .compute.gpus import allocation_lock_dir
+from .compute.kept import KEEP_ENV, choose_keep_method
 from .compute.request import RunSettings
 from .compute.workers import clean_after_killed_runs
 from .on_modal.preflight import before_modal_run
@@ -37,6 +38,7 @@ from .planning.plan import estimate_lines, pending_images, progress, run_estimat
 from .planning.shards import SHARD_GROUP, num_shards, shard_groups
 from .planning.slurm import (
     CAP_RESOURCE,
+    SHARD_RESOURCES,
     SlurmPlan,
     plan_for_run,
     restore_ended_allocations,
@@ -87,6 +89,9 @@ INTERNALS = {
     "Resource.raw": "a set-resources value as written",
     "snakemake.ioutils.register_in_globals": "names a resource expression may read",
     "snakemake.logging.logger RUN_INFO record": "the moment the plan is built",
+    "snakemake.api.DAGApi.execute_workflow(executor=...)": (
+        "the executor in use, at parse time (executor_in_use)"
+    ),
     "workflow.logger_manager.queue_listener": "the queue to the logger plugins",
     "workflow.logger_manager.plugin_handlers": "the logger plugins (idle ones)",
 }
@@ -115,6 +120,8 @@ class Run:
         (`SlurmPlan.runtimes`, computed once); empty elsewhere.
     shards_setting : int or str
         The config key ``shards``.
+    executor : str or None
+        The executor in use (`executor_in_use`: ``slurm``, ``modal``, ``local``, ...).
     """
 
     scenario: Scenario
@@ -124,6 +131,12 @@ class Run:
     slurm: SlurmPlan | None = None
     runtimes: dict = field(default_factory=dict)
     shards_setting: int | str = "auto"
+    executor: str | None = None
+
+    @property
+    def on_slurm(self) -> bool:
+        """A run for SLURM: planned on the login node, or a shard in its allocation."""
+        return self.slurm is not None or self.executor == SLURM_JOBSTEP
 
     def runtime_of(self, wildcards) -> int:
         """
@@ -151,6 +164,32 @@ class Run:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr)
+
+
+#: The executor a SLURM allocation's own Snakemake runs its jobs with.
+SLURM_JOBSTEP = "slurm-jobstep"
+
+
+def executor_in_use() -> str | None:
+    """
+    The executor this Snakemake process runs the workflow with (``--executor``, a
+    profile's ``executor:``), known while Snakemake parses the Snakefile: it parses
+    it inside ``snakemake.api.DAGApi.execute_workflow(executor=...)`` (its
+    ``workflow_api._workflow``), whose ``executor`` is read from the call's frame.
+    Snakemake 9.27 passes the intended executor in a dry run too (its
+    ``pseudo_executor`` is "dryrun"); 9.19 passes ``"dryrun"``. None outside a run
+    (``--unlock``, ``--lint``).
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if (
+            frame.f_code.co_name == "execute_workflow"
+            and frame.f_globals.get("__name__") == "snakemake.api"
+        ):
+            value = frame.f_locals.get("executor")
+            return value if isinstance(value, str) else None
+        frame = frame.f_back
+    return None
 
 
 def check_installed_package(workflow) -> None:
@@ -377,7 +416,9 @@ def start(workflow, config: dict) -> Run:
         _repair_before_planning(scenario)
     _export_run_settings(workflow, config, scenario)
 
-    run = Run(scenario=scenario, shards_setting=config["shards"])
+    run = Run(
+        scenario=scenario, shards_setting=config["shards"], executor=executor_in_use()
+    )
     # Groups matter only where Snakemake submits them: remote executors, which
     # require --jobs (and the jobs they run remotely). Local runs ignore groups, and
     # a dry run submits nothing (its estimate makes the shards of the plan itself):
@@ -390,12 +431,18 @@ def start(workflow, config: dict) -> Run:
     # (docs/slurm.md); planned on the login node only.
     try:
         run.slurm = plan_for_run(
-            scenario, workflow.resource_settings, config["shards"], not main
+            scenario,
+            workflow.resource_settings,
+            config["shards"],
+            not main,
+            executor=run.executor,
         )
     except ConfigError as err:
         sys.exit(f"config error: {err}")
     if run.slurm:
         run.runtimes = run.slurm.runtimes()
+    if run.slurm and not dryrun:  # hard links, or copies where they are refused
+        _say(keep_method_line(scenario))
     if run.slurm and not dryrun:
         for line in run.slurm.over_cap():  # a dry run lists them with its plan
             _say(f"warning: {line}")
@@ -512,12 +559,18 @@ def estimate_resources(run: Run) -> dict:
     on Modal use one GPU type and one budget (the budget as a string: Snakemake rounds
     a float resource to an integer). Another executor reads neither: a job carries
     none of what its executor does not read (Snakemake formats every resource of each
-    of 40,000 jobs in a dry run).
+    of 40,000 jobs in a dry run). On SLURM (on the login node and in a shard's
+    allocation) also what a shard needs (`SHARD_RESOURCES`: one GPU, its memory and
+    CPU cores, ``mpi=""``), declared here so that a value a profile or the command
+    line gives replaces that value only (``--set-resources`` on the command line
+    replaces a profile's whole list).
     """
     from snakemake_executor_plugin_modal.preflight import requested_settings
 
     s = run.scenario
     out = {"gpu": 1 if s.uses_gpu else 0, "runtime": None}
+    if run.on_slurm:  # what a shard needs, whatever set-resources replaces
+        out.update(SHARD_RESOURCES)
     if run.slurm and run.slurm.shards:
 
         def runtime(wildcards) -> int:
@@ -654,6 +707,75 @@ def settle_constant_resources(rule) -> None:
         rule.resources[name] = settled
 
 
+def keep_method_line(scenario: Scenario) -> str:
+    """
+    Choose, once per run on the login node, how the shards keep a second name of
+    their finished images (`multigeom_workflow.compute.kept.choose_keep_method`, in
+    the first per-image folder: the shared file system the allocations write to),
+    hand it to them (``MULTIGEOM_KEEP_BY``: sbatch passes this process's environment),
+    and return the line saying it.
+    """
+    c = scenario.configurations[0]
+    folder = os.path.dirname(scenario.per_image_file(c.encoder, c.area, 0))
+    try:
+        how, why = choose_keep_method(folder)
+    except OSError as err:  # the folder cannot be written: the shards will say why
+        how, why = "copy", f"{type(err).__name__}: {err}"
+    os.environ[KEEP_ENV] = how
+    if how == "link":
+        return (
+            "SLURM shards keep a second name of each finished image by hard link "
+            f"(in {folder}/.kept-slurm-<jobid>/), taken back if their allocation "
+            "ends early"
+        )
+    return (
+        "SLURM shards keep a copy of each finished image (in "
+        f"{folder}/.kept-slurm-<jobid>/), taken back if their allocation ends early: "
+        f"this file system refuses hard links between folders ({why})"
+    )
+
+
+#: What the dry run's SLURM line and sbatch --test-only read of a per-image job's
+#: resources (plugin's names).
+SHARD_ASKS = (
+    "gpu",
+    "gpu_model",
+    "cpus_per_gpu",
+    "cpus_per_task",
+    "mem_mb",
+    "slurm_partition",
+    "slurm_account",
+    "constraint",
+    "qos",
+    "slurm_extra",
+)
+
+
+def shard_request(workflow) -> dict[str, str]:
+    """
+    What each allocation asks SLURM for, from the resources in force of the
+    per-image rule (declared in the rule, `SHARD_RESOURCES`, with a profile's or the
+    command line's ``set-resources`` applied by Snakemake): name -> value as a
+    string, for the names of `SHARD_ASKS` that are set and read nothing of the job.
+    """
+    from snakemake.resources import Resource
+
+    out = {}
+    for name, res in workflow.get_rule(PER_IMAGE_RULES[0]).resources.items():
+        if name not in SHARD_ASKS:
+            continue
+        if isinstance(res, Resource):
+            if res.is_evaluable():  # reads the job: as written
+                value = res.raw
+            else:
+                value = res.value
+        else:
+            value = res
+        if value is not None and not callable(value):
+            out[name] = str(value).strip("'\"")
+    return out
+
+
 def profile_placeholders(workflow) -> list[str]:
     """
     One line per resource value that a profile (or --set-resources) left as the
@@ -764,8 +886,9 @@ def estimate_text(workflow, run: Run, planned) -> list[str]:
                 run.shards_setting,
                 False,
                 planned=computations,
+                executor=run.executor,
             )
-        lines += slurm.lines()
+        lines += slurm.lines(shard_request(workflow))
     return lines
 
 
@@ -872,6 +995,25 @@ def on_start(workflow, run: Run) -> None:
         workflow.scheduler.global_resources["gpu"] = s.gpu_slots
         workflow.scheduler.resources["gpu"] = s.gpu_slots
     check_before_first_job(workflow, run)
+    if getattr(workflow.executor_plugin, "name", None) == "slurm":
+        before_slurm_submissions(workflow)
+
+
+def before_slurm_submissions(workflow) -> None:
+    """
+    At the start of a real run with ``--executor slurm``, before any submission:
+    every way an allocation ends seen as an end (`multigeom_workflow.on_slurm.status`,
+    over the plugin's status query), and the allocations an earlier run of this
+    working directory left running cancelled (`multigeom_workflow.on_slurm
+    .allocations`: its Snakemake ended abruptly), so that no image computes twice
+    at once.
+    """
+    from .on_slurm import allocations, status
+
+    status.install()
+    line = allocations.cancel_earlier_allocations(str(workflow.workdir_init))
+    if line:
+        _say(line)
 
 
 def check_before_first_job(workflow, run: Run) -> None:
@@ -901,10 +1043,7 @@ def check_before_first_job(workflow, run: Run) -> None:
         if problem:
             sys.exit(f"config error: {problem}")
         if run.slurm and run.slurm.limits:  # sbatch's own words if it refuses
-            problem = submission_problem(
-                workflow.resource_settings.overwrite_resources.get("estimate_image"),
-                max(run.slurm.limits),
-            )
+            problem = submission_problem(shard_request(workflow), max(run.slurm.limits))
             if problem:
                 sys.exit(f"config error: {problem}")
     if name != "modal":

@@ -8,13 +8,20 @@ removes the outputs of every job of it, finished ones included ("Removing output
 files of failed job ... since they might be corrupted": Snakemake 9.27,
 ``jobs.py``, ``Job.postprocess(error=True)`` then ``Job.cleanup``; the per-image
 files cannot be corrupted here, each one is renamed into place only when complete).
-So every per-image job run in an allocation also hard-links its finished file into a
-folder of that allocation beside it (``.kept-slurm-<jobid>/img0005.pt``: no copy, the
-same file under a second name Snakemake does not know), and:
+So every per-image job run in an allocation also keeps its finished file under a
+second name in a folder of that allocation beside it
+(``.kept-slurm-<jobid>/img0005.pt``, a name Snakemake does not know): a hard link
+(no copy), or a copy where the file system refuses hard links between folders
+(BeeGFS up to v7: EPERM; many FUSE, SMB and object-store mounts), chosen once per
+run on the login node (`choose_keep_method`, ``MULTIGEOM_KEEP_BY``) and said in its
+log. Keeping never fails the image: a file
+system that refuses both costs only the second name (a line in the job's log). And:
 
-- a job whose file is missing takes it back from such a folder of another allocation
-  of the run instead of computing it (Snakemake's ``--retries`` resubmits a failed
-  shard whole: its finished images come back in milliseconds);
+- a job whose file is missing takes it back from such a folder instead of computing
+  it: another allocation's (Snakemake's ``--retries`` resubmits a failed shard whole:
+  its finished images come back in milliseconds), or its own allocation's (SLURM
+  requeued it: the same job id runs its batch script again, and the allocation's
+  Snakemake, run with ``--force``, removed the outputs first);
 - at the start of a run, on the login node, before Snakemake plans what is left
   (`restore_after_ended_allocations`), the folders of allocations that SLURM says did
   not complete put back the files Snakemake removed; those of allocations that
@@ -28,17 +35,22 @@ settings changed since (the profile's ``rerun-triggers``).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 __all__ = [
+    "KEEP_ENV",
     "KEPT_PREFIX",
+    "choose_keep_method",
     "drop_kept",
     "keep_finished",
     "restore_after_ended_allocations",
+    "second_name",
     "slurm_job_states",
     "take_kept",
 ]
@@ -62,6 +74,80 @@ ACTIVE_STATES = {
 #: id in a shard it submitted; a local run inside an interactive allocation keeps
 #: nothing.
 SHARD_ENV = "MULTIGEOM_SLURM_SHARD"
+#: How the run keeps a second name of a finished file (``link`` or ``copy``), chosen
+#: once per run on the login node (`choose_keep_method`) and handed to its jobs.
+KEEP_ENV = "MULTIGEOM_KEEP_BY"
+#: What `os.link` raises where a file system refuses hard links (or links between
+#: folders): BeeGFS up to v7 EPERM, others EXDEV, ENOTSUP / EOPNOTSUPP, EMLINK.
+LINKS_REFUSED = {errno.EPERM, errno.EXDEV, errno.ENOTSUP, errno.EOPNOTSUPP}
+LINKS_REFUSED |= {errno.EMLINK, errno.EACCES, errno.ENOSYS}
+
+
+def second_name(src: Path, dest: Path, how: str = "link") -> str:
+    """
+    Give the complete file `src` the name `dest` as well (`dest` must not exist): a
+    hard link with ``how="link"``, falling back to a copy where the file system
+    refuses it (`LINKS_REFUSED`); a copy is written beside `dest` and renamed into
+    place, so that `dest` is never partial.
+
+    Returns
+    -------
+    str
+        ``"link"`` or ``"copy"``: how it was given.
+
+    Raises
+    ------
+    OSError
+        When neither works (FileExistsError when `dest` exists).
+    """
+    if how == "link":
+        try:
+            os.link(src, dest)
+            return "link"
+        except OSError as err:
+            if err.errno not in LINKS_REFUSED:
+                raise
+    if dest.exists():
+        raise FileExistsError(errno.EEXIST, "exists", str(dest))
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return "copy"
+
+
+def choose_keep_method(folder: str | Path) -> tuple[str, str | None]:
+    """
+    How finished files are kept in `folder`'s file system: try a hard link from
+    `folder` into a subfolder of it, as `keep_finished` makes one (nothing is left).
+
+    Returns
+    -------
+    how : str
+        ``"link"``, or ``"copy"`` where the link was refused.
+    why : str or None
+        The refusal (``"[Errno 1] Operation not permitted"``), None for links.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = Path(tempfile.mkdtemp(dir=folder, prefix=".keep-probe-"))
+    try:
+        src = probe.with_name(probe.name + ".src")
+        src.write_bytes(b"")
+        try:
+            (probe / "dest").unlink(missing_ok=True)
+            os.link(src, probe / "dest")
+            return "link", None
+        except OSError as err:
+            return "copy", f"{type(err).__name__}: {err.strerror or err}"
+        finally:
+            src.unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
 
 
 def _job_id() -> str | None:
@@ -71,7 +157,9 @@ def _job_id() -> str | None:
 
 def keep_finished(out: str | Path, job_id: str | None = None) -> Path | None:
     """
-    Keep a finished per-image file of an allocation under a second name.
+    Keep a finished per-image file of an allocation under a second name. Never
+    raises: the image is complete whatever happens here; a second name that cannot
+    be made is said in one line (the job's log) and only costs what it would save.
 
     Parameters
     ----------
@@ -84,23 +172,38 @@ def keep_finished(out: str | Path, job_id: str | None = None) -> Path | None:
     Returns
     -------
     Path or None
-        The kept name (``<folder>/.kept-slurm-<jobid>/<name>``), a hard link to `out`.
+        The kept name (``<folder>/.kept-slurm-<jobid>/<name>``): a hard link to
+        `out`, or a copy (`KEEP_ENV`, `second_name`); None where nothing was kept.
     """
     job_id = job_id or _job_id()
     if not job_id:
         return None
     out = Path(out)
     kept = out.parent / f"{KEPT_PREFIX}{job_id}" / out.name
-    kept.parent.mkdir(exist_ok=True)
-    kept.unlink(missing_ok=True)
-    os.link(out, kept)
+    try:
+        kept.parent.mkdir(exist_ok=True)
+        kept.unlink(missing_ok=True)
+        how = second_name(out, kept, os.environ.get(KEEP_ENV, "link"))
+    except OSError as err:
+        print(
+            f"warning: {out} is complete, but no second name could be kept in "
+            f"{kept.parent} ({type(err).__name__}: {err}): if this allocation ends "
+            "early, Snakemake removes the image with its shard",
+            flush=True,
+        )
+        return None
+    if how != os.environ.get(KEEP_ENV, "link"):
+        print(f"{out}: kept as a copy (hard link refused) in {kept.parent}", flush=True)
     return kept
 
 
 def take_kept(out: str | Path, job_id: str | None = None) -> Path | None:
     """
-    Put back a per-image file that another allocation of the run finished and
-    Snakemake removed with its failed shard.
+    Put back a per-image file that an allocation of the run finished and Snakemake
+    removed: another allocation's (its failed shard's outputs removed, then
+    resubmitted by ``--retries``), or this allocation's own (SLURM requeued it: the
+    same job id runs again and its Snakemake, run with ``--force``, removed the
+    outputs before their jobs).
 
     Parameters
     ----------
@@ -112,18 +215,23 @@ def take_kept(out: str | Path, job_id: str | None = None) -> Path | None:
     Returns
     -------
     Path or None
-        The kept file linked back to `out` (its modification time set to now, as for
-        a file the job wrote), or None when there is none.
+        The kept file given back the name `out` (`second_name`: a hard link, or a
+        copy; its modification time set to now, as for a file the job wrote), or
+        None when there is none.
     """
     job_id = job_id or _job_id()
     out = Path(out)
     if not job_id or out.exists():
         return None
-    own = f"{KEPT_PREFIX}{job_id}"
-    for kept in sorted(out.parent.glob(f"{KEPT_PREFIX}*/{out.name}")):
-        if kept.parent.name == own:
-            continue
-        os.link(kept, out)
+    own = out.parent / f"{KEPT_PREFIX}{job_id}" / out.name
+    others = sorted(out.parent.glob(f"{KEPT_PREFIX}*/{out.name}"))
+    for kept in [own] * own.exists() + [k for k in others if k != own]:
+        try:
+            second_name(kept, out, os.environ.get(KEEP_ENV, "link"))
+        except FileExistsError:
+            return None
+        except OSError:
+            continue  # gone meanwhile, or unreadable: the next one, else compute
         os.utime(out)
         return kept
     return None
@@ -219,7 +327,7 @@ def restore_after_ended_allocations(
             for kept in sorted(d.glob("img*.pt")):
                 out = d.parent / kept.name
                 if not out.exists():
-                    os.link(kept, out)
+                    second_name(kept, out, os.environ.get(KEEP_ENV, "link"))
                     restored.append(out)
                     ended.add(f"{job} {state}")
         if state != "UNKNOWN":  # SLURM said it ended: its copies are no longer needed

@@ -26,6 +26,7 @@ from .shards import SHARD_GROUP, make_shards, num_shards
 
 __all__ = [
     "CAP_RESOURCE",
+    "SHARD_RESOURCES",
     "DEFAULT_CAP_MIN",
     "MARGIN",
     "SlurmPlan",
@@ -52,6 +53,14 @@ ALLOCATION_S = 120.0
 DEFAULT_CAP_MIN = 1440
 #: The per-image rule's resource a profile sets the cap with (minutes).
 CAP_RESOURCE = "shard_max_minutes"
+#: What each per-image job of a SLURM shard asks for, declared in the per-image
+#: rules (`multigeom_workflow.snakemake_hooks.estimate_resources`): one GPU (the
+#: plugin's ``--gpus=1``), the shard's host memory in MB and CPU cores (the CPU side of
+#: the estimator: its models, its batch), and ``mpi=""``, which keeps the plugin from
+#: starting each image in its own ``srun`` step (whose end would stop the warm
+#: worker). A profile's or the command line's ``set-resources`` changes a value
+#: (``estimate_image:mem_mb=32000``), never drops one.
+SHARD_RESOURCES = {"gpu": 1, "mem_mb": 16000, "cpus_per_gpu": 4, "mpi": ""}
 
 
 def shard_minutes(n_jobs: int, n_configs: int, seconds_per_image: float) -> int:
@@ -214,10 +223,15 @@ class SlurmPlan:
             if limit > self.cap
         ]
 
-    def lines(self) -> list[str]:
-        """The dry run's lines for SLURM: allocations, time limits, GPU-hours."""
+    def lines(self, asks: dict | None = None) -> list[str]:
+        """
+        The dry run's lines for SLURM: allocations and what each asks for (`asks`:
+        the per-image rule's resources in force, name -> value), time limits,
+        GPU-hours.
+        """
         if not self.shards:
             return []
+        asks = dict(asks or {})
         hours = [
             (sum(jobs) * self.seconds_per_image + DEFAULT_STARTUP_S * configs) / 3600
             for jobs, configs in zip(self.jobs, self._configs(), strict=True)
@@ -230,8 +244,9 @@ class SlurmPlan:
             else ""
         )
         lines = [
-            f"  on SLURM (profiles/slurm): {len(self.shards)} allocation(s) of 1 GPU, "
-            f"one per shard; {self.seconds_per_image:.3g} s per image ({self.source})",
+            f"  on SLURM (--executor slurm): {len(self.shards)} allocation(s), one per "
+            f"shard, each asking {allocation_request(asks)}; "
+            f"{self.seconds_per_image:.3g} s per image ({self.source})",
             f"    time limit per shard: {min(self.limits)} to {max(self.limits)} min "
             f"({MARGIN:g} x the work + {ALLOCATION_S:g} s), cap {self.cap} min "
             f"({self.cap_source}){split}",
@@ -253,6 +268,35 @@ class SlurmPlan:
 
     def _configs(self) -> list[int]:
         return [len({config for config, _ in shard}) for shard in self.shards]
+
+
+def allocation_request(asks: dict) -> str:
+    """
+    What one allocation asks SLURM for, in words, from the per-image rule's
+    resources in force (name -> value as a string): ``"1 GPU, 4 CPU cores per GPU,
+    16000 MB, partition gpu, account local"``; what is not set is the cluster's
+    default ("the default partition").
+    """
+    gpus = str(asks.get("gpu", "0"))
+    model = asks.get("gpu_model")
+    parts = [
+        "no GPU"
+        if gpus in ("0", "", "None")
+        else f"{gpus} {model + ' ' if model else ''}GPU{'s' * (gpus != '1')}"
+    ]
+    if asks.get("cpus_per_gpu") and gpus not in ("0", "", "None"):
+        parts.append(f"{asks['cpus_per_gpu']} CPU cores per GPU")
+    elif asks.get("cpus_per_task"):
+        parts.append(f"{asks['cpus_per_task']} CPU cores")
+    if asks.get("mem_mb"):
+        parts.append(f"{asks['mem_mb']} MB")
+    for name, what in (("slurm_partition", "partition"), ("slurm_account", "account")):
+        given = asks.get(name)
+        parts.append(f"{what} {given}" if given else f"the default {what}")
+    for name in ("constraint", "qos", "slurm_extra"):
+        if asks.get(name):
+            parts.append(f"{name} {asks[name]}")
+    return ", ".join(parts)
 
 
 def plan_shards(
@@ -452,12 +496,15 @@ def plan_for_run(
     shards_setting,
     remote_exec: bool,
     planned: list | None = None,
+    executor: str | None = "slurm",
 ) -> SlurmPlan | None:
     """
-    The `SlurmPlan` of a run for SLURM, or None for any other run: one whose
-    per-image jobs ask SLURM resources (``slurm_*`` in ``set-resources`` for
-    estimate_image or in ``default-resources``, as profiles/slurm does), planned on
-    the login node (inside an allocation, nothing is planned).
+    The `SlurmPlan` of a run for SLURM, or None for any other run: one with
+    ``--executor slurm`` (a profile's ``executor: slurm``), planned on the login node
+    (inside an allocation, nothing is planned). Where the executor is not known
+    (None; ``dryrun``: the dry run of a Snakemake older than 9.27 names only its
+    dry-run executor), a run whose per-image jobs ask SLURM resources (``slurm_*`` in
+    ``set-resources`` for estimate_image or in ``default-resources``) counts as one.
 
     Parameters
     ----------
@@ -471,11 +518,17 @@ def plan_for_run(
         Snakemake's ``workflow.remote_exec`` (True inside an allocation).
     planned : list, optional
         As for `slurm_plan`: Snakemake's plan (the dry run's estimate).
+    executor : str or None
+        The executor in use (`multigeom_workflow.snakemake_hooks.executor_in_use`).
     """
     own = resource_settings.overwrite_resources.get("estimate_image", {})
     default = resource_settings.default_resources or {}
     asked = [name for r in (own, default) for name in dict(r)]
-    if remote_exec or not any(name.startswith("slurm_") for name in asked):
+    if remote_exec:
+        return None
+    if executor not in ("slurm", None, "dryrun"):
+        return None
+    if executor != "slurm" and not any(name.startswith("slurm_") for name in asked):
         return None
     cap = _given(own, CAP_RESOURCE) or _given(default, CAP_RESOURCE)
     try:

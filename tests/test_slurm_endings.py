@@ -1,0 +1,317 @@
+"""
+Every way a SLURM allocation ends, on the real cluster of ``.ci/slurm-cluster.sh``
+(SLURM 22.05, slurmdbd accounting, preemption by partition priority), through the
+maintained ``snakemake-executor-plugin-slurm`` and the workflow's layer over its
+status query (`multigeom_workflow.on_slurm.status`).
+
+Each test runs one shard of the reduced demo's 4 first estimates (the stand-in
+estimator: `STANDIN_S` seconds an image), ends the allocation once 2 images are done,
+and checks that the run ends or goes on without a hang, that each image is computed
+at most once at a time and only once where it was finished before the event, and that
+every image finished before the event is kept with its bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_slurm import (  # noqa: F401  (slurm_cluster: the fixture)
+    ACCOUNT,
+    PARTITION,
+    REPO,
+    STANDIN,
+    compute_records,
+    jobs_since,
+    last_job_id,
+    run,
+    sacct_rows,
+    slurm_cluster,
+    slurm_command,
+    user_profile,
+    workdir_with_assets,
+)
+
+from multigeom_workflow.compute.standin import RECORD_ENV, STANDIN_ENV
+
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
+
+#: Seconds per image of the stand-in estimator.
+STANDIN_S = 6
+#: The most seconds a run may take here (no hang).
+RUN_LIMIT_S = 300
+
+
+def compute_spans(path: Path) -> dict[str, list[tuple[float, float | None]]]:
+    """Per-image file -> the (start, end) of each computation of it (end None: cut)."""
+    import json
+
+    starts: dict[tuple[int, str], float] = {}
+    spans: dict[str, list] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        e = json.loads(line)
+        if e["what"] != "compute":
+            continue
+        key = (e["pid"], e["out"])
+        if e.get("end") is None:
+            starts[key] = e["start"]
+        else:
+            starts.pop(key, None)
+            spans.setdefault(e["out"], []).append((e["start"], e["end"]))
+    for (_, out), start in starts.items():
+        spans.setdefault(out, []).append((start, None))
+    return spans
+
+
+class Shard:
+    """One shard of 4 images running through the profile, ended by a test."""
+
+    def __init__(self, tmp_path, tiny_run, profile=None, env=None, *extra):
+        self.work = workdir_with_assets(tiny_run, tmp_path / "work")
+        self.profile = profile or user_profile(tmp_path / "profile")
+        self.records = tmp_path / "records.jsonl"
+        self.env = {
+            **os.environ,
+            **STANDIN,
+            STANDIN_ENV: str(STANDIN_S),
+            RECORD_ENV: str(self.records),
+            **(env or {}),
+        }
+        self.env["PATH"] = os.pathsep.join(
+            [str(Path(sys.executable).parent), self.env["PATH"]]
+        )
+        self.first = last_job_id()
+        cmd = slurm_command(self.work, self.profile, "--jobs", "1")
+        cmd += ["--until", "estimate_image", "--config", "n_images=1"]
+        self.cmd = [*cmd, "noise_ceiling_images=0", *extra]
+        self.proc = subprocess.Popen(
+            self.cmd,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.finished: dict[str, bytes] = {}
+
+    def wait_for_two_images(self) -> str:
+        """Wait until 2 images are done; returns the running allocation's job id."""
+        deadline = time.time() + 180
+        while len(compute_records(self.records)) < 2:
+            if time.time() > deadline or self.proc.poll() is not None:
+                self.proc.kill()
+                out = self.proc.communicate()[0]
+                pytest.fail(f"2 images were not done in time: {out[-3000:]}")
+            time.sleep(0.5)
+        self.finished = {f: Path(f).read_bytes() for f in compute_records(self.records)}
+        jobs = jobs_since(self.first, self.work)
+        assert len(jobs) == 1 and jobs[0]["State"] == "RUNNING", jobs
+        return jobs[0]["JobIDRaw"]
+
+    def output(self) -> str:
+        try:
+            return self.proc.communicate(timeout=RUN_LIMIT_S)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            out = self.proc.communicate(timeout=60)[0]
+            pytest.fail(f"the run hung ({RUN_LIMIT_S} s): {out[-4000:]}")
+
+    def files(self) -> list[str]:
+        return sorted(str(f) for f in self.work.glob("runs/per_image/*/*/img*.pt"))
+
+    def check_kept_and_once(self) -> dict:
+        """Every image there; those done before the event kept with their bytes and
+        computed once; no image computed twice at the same time."""
+        files = self.files()
+        assert len(files) == 4, files
+        spans = compute_spans(self.records)
+        for f, content in self.finished.items():
+            assert Path(f).read_bytes() == content, f
+            assert len(spans[f]) == 1, (f, spans[f])  # kept: not computed again
+        for f, runs in spans.items():
+            ordered = sorted(runs)
+            for (_, end), (start, _) in zip(ordered, ordered[1:], strict=False):
+                assert end is not None and end <= start, (f, runs)  # never at once
+        done = [f for f, runs in spans.items() if any(e for _, e in runs)]
+        assert sorted(done) == files
+        return spans
+
+
+def test_scancel_of_a_running_shard_ends_it_and_the_retry_keeps_its_images(
+    tiny_run, tmp_path
+):
+    """
+    ``scancel`` (sacct: ``CANCELLED by 0``): the login node's Snakemake sees the end
+    at once with one line, its retry takes the 2 finished images back and computes
+    the 2 others. The shipped profile with its SET values given on the command line
+    (``--set-resources`` replaces the profile's whole list): the allocations still
+    ask for a GPU, the shard's memory, and the rule's mpi="".
+    """
+    profile = REPO / "profiles" / "slurm"
+    given = [f"estimate_image:slurm_partition={PARTITION}"]
+    given += [f"estimate_image:slurm_account={ACCOUNT}"]
+    given += ["estimate_image:cpus_per_gpu=1"]
+    shard = Shard(tmp_path, tiny_run, profile, None, "--set-resources", *given)
+    job = shard.wait_for_two_images()
+    cancelled = time.time()
+    subprocess.run(["scancel", job], check=True)
+    output = shard.output()
+    assert shard.proc.returncode == 0, output[-5000:]
+    line = next(x for x in output.splitlines() if f"allocation {job} ended" in x)
+    assert "CANCELLED by 0" in line and "cancelled (scancel) by uid 0" in line
+    jobs = jobs_since(shard.first, shard.work)
+    assert [j["State"] for j in jobs] == ["CANCELLED by 0", "COMPLETED"], jobs
+    # the retry was submitted within two status intervals of the scancel (2 s here,
+    # the plugin adds 10 s per check without an end)
+    assert int(jobs[1]["JobIDRaw"]) > int(job) and time.time() - cancelled < 200
+    shard.check_kept_and_once()
+    for j in jobs:  # what a shard needs, whatever the command line replaced
+        tres = dict(item.split("=", 1) for item in j["ReqTRES"].split(","))
+        assert tres["gres/gpu"] == "1" and tres["mem"] == "16000M", tres
+    assert "taken back from" in "".join(
+        f.read_text() for f in shard.work.glob("logs/estimate_image/*/*/*.log")
+    )
+
+
+def requeued_start_now(job: str) -> None:
+    """A requeued job waits for its begin time (about 2 minutes in SLURM 22.05):
+    start it at once."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T|%r"], capture_output=True, text=True
+        ).stdout.strip()
+        if state.startswith("PENDING"):
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+            return
+        time.sleep(0.5)
+    pytest.fail(f"job {job} was not requeued: {state}")
+
+
+@pytest.mark.parametrize("how", ["scontrol requeue", "node down"])
+def test_a_requeued_shard_keeps_what_it_finished(tiny_run, tmp_path, how):
+    """
+    SLURM runs the same job id again (``scontrol requeue``; a node set down, whose
+    jobs SLURM requeues: ``JobRequeue=1``, its default): the allocation's own finished
+    images count (0 of 2 were kept before), it computes only the 2 others, and the
+    login node waits for it instead of failing it (sacct shows ``NODE_FAIL`` while
+    the controller holds it again) and submits nothing else.
+    """
+    shard = Shard(tmp_path, tiny_run)
+    job = shard.wait_for_two_images()
+    if how == "scontrol requeue":
+        subprocess.run(["scontrol", "requeue", job], check=True)
+    else:
+        subprocess.run(
+            ["scontrol", "update", "nodename=localhost", "state=down", "reason=test"],
+            check=True,
+        )
+        time.sleep(2)
+        subprocess.run(
+            ["scontrol", "update", "nodename=localhost", "state=resume"], check=False
+        )
+    requeued_start_now(job)
+    output = shard.output()
+    assert shard.proc.returncode == 0, output[-5000:]
+    jobs = jobs_since(shard.first, shard.work)
+    assert [(j["JobIDRaw"], j["State"]) for j in jobs] == [(job, "COMPLETED")], jobs
+    assert f"SLURM allocation {job} was requeued" in output
+    shard.check_kept_and_once()
+
+
+def test_a_preempted_shard_is_seen_ended_and_its_retry_keeps_its_images(
+    tiny_run, tmp_path
+):
+    """
+    A shard of the preemptible partition ``spot`` (PreemptMode=CANCEL) preempted by
+    a job of ``urgent`` (a higher PriorityTier) that needs the whole node: PREEMPTED
+    is final (the plugin waited on it forever); the retry waits for the node and
+    computes only the 2 images not finished.
+    """
+    profile = user_profile(tmp_path / "profile", slurm_partition="spot")
+    shard = Shard(tmp_path, tiny_run, profile)
+    job = shard.wait_for_two_images()
+    urgent = subprocess.run(
+        ["sbatch", "--parsable", "-A", ACCOUNT, "-p", "urgent", "--gpus=2"],
+        input="#!/bin/sh\nsleep 3\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    output = shard.output()
+    assert shard.proc.returncode == 0, output[-5000:]
+    assert f"SLURM allocation {job} ended PREEMPTED" in output
+    states = {j["JobIDRaw"]: j["State"] for j in sacct_rows("-j", f"{job},{urgent}")}
+    assert states[job] == "PREEMPTED" and states[urgent] == "COMPLETED", states
+    shard.check_kept_and_once()
+
+
+def no_links_between_folders(dest: Path) -> dict:
+    """
+    The environment of a run on a file system that refuses a hard link into another
+    folder (BeeGFS up to v7: EPERM), for every Python process of it: os.link given
+    that behaviour by a sitecustomize module.
+    """
+    dest.mkdir()
+    (dest / "sitecustomize.py").write_text(
+        "import errno, os\n"
+        "_link = os.link\n"
+        "def link(src, dst, *args, **kwargs):\n"
+        "    if os.path.dirname(os.path.abspath(src)) != "
+        "os.path.dirname(os.path.abspath(dst)):\n"
+        "        raise PermissionError(errno.EPERM, 'Operation not permitted')\n"
+        "    return _link(src, dst, *args, **kwargs)\n"
+        "os.link = link\n"
+    )
+    path = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": os.pathsep.join([str(dest), path]) if path else str(dest)}
+
+
+def test_a_file_system_without_links_between_folders_keeps_copies(tiny_run, tmp_path):
+    """
+    Links refused between folders: the run says once that it keeps copies, no image
+    fails for it (every image was failed right after it was computed), and a shard
+    cancelled mid-way loses none of its finished images.
+    """
+    env = no_links_between_folders(tmp_path / "site")
+    shard = Shard(tmp_path, tiny_run, None, env)
+    job = shard.wait_for_two_images()
+    subprocess.run(["scancel", job], check=True)
+    output = shard.output()
+    assert shard.proc.returncode == 0, output[-5000:]
+    said = [x for x in output.splitlines() if "keep a copy of each finished" in x]
+    assert len(said) == 1 and "PermissionError" in said[0], said
+    shard.check_kept_and_once()
+    kept = list(shard.work.glob("runs/per_image/*/*/.kept-slurm-*/img*.pt"))
+    assert kept and all(k.stat().st_nlink == 1 for k in kept)  # copies, not links
+
+
+def test_a_killed_login_snakemake_leaves_no_image_computed_twice_at_once(
+    tiny_run, tmp_path
+):
+    """
+    The login node's Snakemake killed (SIGKILL: no cancel) while its shard runs on:
+    the next run (after ``--unlock``) cancels that allocation before submitting,
+    says so, takes back what it finished and computes only the rest.
+    """
+    shard = Shard(tmp_path, tiny_run)
+    job = shard.wait_for_two_images()
+    os.kill(shard.proc.pid, signal.SIGKILL)
+    shard.proc.communicate(timeout=30)
+    time.sleep(STANDIN_S)  # the orphaned shard computes on
+    state = jobs_since(shard.first, shard.work)[0]["State"]
+    assert state == "RUNNING", state
+    unlock = run([*shard.cmd, "--unlock"])
+    assert unlock.returncode == 0, unlock.stderr[-3000:]
+    again = subprocess.run(shard.cmd, env=shard.env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-5000:]
+    line = next(x for x in again.stderr.splitlines() if x.startswith("cancelled 1"))
+    assert f"({job} RUNNING)" in line, line
+    jobs = jobs_since(shard.first, shard.work)
+    assert jobs[0]["State"].startswith("CANCELLED") and len(jobs) == 2, jobs
+    shard.check_kept_and_once()
