@@ -19,7 +19,7 @@ LAYERS = [
     {"scenario"},
     {"results"},
     {"planning"},
-    {"on_modal"},
+    {"on_modal", "on_slurm"},
     {"snakemake_hooks"},
     {"cli"},
 ]

@@ -230,7 +230,10 @@ def test_dry_run_prints_gpu_hours_per_shard(slurm_run):
     _, dry, _, _, _, _ = slurm_run
     assert dry.returncode == 0, dry.stderr[-3000:]
     text = dry.stderr
-    assert "on SLURM (profiles/slurm): 2 allocation(s)" in text
+    assert (
+        "on SLURM (--executor slurm): 2 allocation(s), one per shard, each asking 1 "
+        f"GPU, 1 CPU core per GPU, 2000 MB, partition {PARTITION}, account {ACCOUNT};"
+    ) in text
     shard_lines = re.findall(
         r"shard-0\d: 6 image\(s\) of 2 configuration\(s\), [0-9.e-]+ GPU-hours, "
         r"time limit (\d+) min",
@@ -447,6 +450,38 @@ def test_the_noise_ceiling_jobs_ask_what_estimate_image_asks(tmp_path):
     assert len(first) == 8 and len(second) == 4  # tiny.yaml: 1 ceiling image
     assert all(r.items() >= {**shared, "mem_mb": "2000"}.items() for r in first)
     assert all(r.items() >= {**shared, "mem_mb": "1000"}.items() for r in second)
+
+
+def test_slurm_is_the_executor_in_use_not_an_entry_of_the_profile(tmp_path):
+    """
+    A cluster with a default partition and no accounts: the profile without its
+    slurm_partition and slurm_account lines is still a run for SLURM (shards, their
+    time limits, the dry run's SLURM lines), recognised by ``executor: slurm``; the
+    resources a shard needs are the rule's.
+    """
+    import yaml
+
+    profile = user_profile(tmp_path / "profile")
+    settings = yaml.safe_load((profile / "profile.yaml").read_text())
+    settings["set-resources"] = [
+        r for r in settings["set-resources"] if ":slurm_" not in r
+    ]
+    (profile / "profile.yaml").write_text(yaml.safe_dump(settings))
+    work = tmp_path / "work"
+    work.mkdir()
+    dry = run(slurm_command(work, profile, "-n"))
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert (
+        "on SLURM (--executor slurm): 2 allocation(s), one per shard, each asking 1 "
+        "GPU, 1 CPU core per GPU, 2000 MB, the default partition, the default "
+        "account;"
+    ) in dry.stderr
+    jobs = dry.stdout.split("rule estimate_image:")[1:]
+    assert len(jobs) == 8
+    for job in jobs:
+        line = next(x for x in job.splitlines() if "resources:" in x)
+        assert "runtime=" in line and "gpu=1" in line and "mpi=" in line, line
+        assert "slurm_partition" not in line
 
 
 def test_the_shipped_profiles_placeholders_are_refused(slurm_cluster, tmp_path):

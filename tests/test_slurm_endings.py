@@ -124,9 +124,13 @@ class Shard:
     def files(self) -> list[str]:
         return sorted(str(f) for f in self.work.glob("runs/per_image/*/*/img*.pt"))
 
-    def check_kept_and_once(self) -> dict:
-        """Every image there; those done before the event kept with their bytes and
-        computed once; no image computed twice at the same time."""
+    def check_kept_and_once(self, cut_by: float) -> dict:
+        """
+        Every image there; those done before the event kept with their bytes and
+        computed once; no image computed twice at the same time: a computation cut
+        by the event (no end recorded) had stopped by `cut_by` (when SLURM ended its
+        allocation, or started it again), before the image's next computation.
+        """
         files = self.files()
         assert len(files) == 4, files
         spans = compute_spans(self.records)
@@ -136,7 +140,7 @@ class Shard:
         for f, runs in spans.items():
             ordered = sorted(runs)
             for (_, end), (start, _) in zip(ordered, ordered[1:], strict=False):
-                assert end is not None and end <= start, (f, runs)  # never at once
+                assert (end if end is not None else cut_by) <= start, (f, runs, cut_by)
         done = [f for f, runs in spans.items() if any(e for _, e in runs)]
         assert sorted(done) == files
         return spans
@@ -169,13 +173,27 @@ def test_scancel_of_a_running_shard_ends_it_and_the_retry_keeps_its_images(
     # the retry was submitted within two status intervals of the scancel (2 s here,
     # the plugin adds 10 s per check without an end)
     assert int(jobs[1]["JobIDRaw"]) > int(job) and time.time() - cancelled < 200
-    shard.check_kept_and_once()
+    shard.check_kept_and_once(cut_by=slurm_time(job, "End"))
     for j in jobs:  # what a shard needs, whatever the command line replaced
         tres = dict(item.split("=", 1) for item in j["ReqTRES"].split(","))
         assert tres["gres/gpu"] == "1" and tres["mem"] == "16000M", tres
     assert "taken back from" in "".join(
         f.read_text() for f in shard.work.glob("logs/estimate_image/*/*/*.log")
     )
+
+
+def slurm_time(job: str, field: str) -> float:
+    """A job's ``Start`` or ``End`` as sacct reports it (whole seconds), in
+    ``time.time()`` seconds."""
+    from datetime import datetime
+
+    text = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job, "-o", field],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def requeued_start_now(job: str) -> None:
@@ -220,8 +238,13 @@ def test_a_requeued_shard_keeps_what_it_finished(tiny_run, tmp_path, how):
     assert shard.proc.returncode == 0, output[-5000:]
     jobs = jobs_since(shard.first, shard.work)
     assert [(j["JobIDRaw"], j["State"]) for j in jobs] == [(job, "COMPLETED")], jobs
-    assert f"SLURM allocation {job} was requeued" in output
-    shard.check_kept_and_once()
+    # its first run's processes ended before SLURM started it again
+    shard.check_kept_and_once(cut_by=slurm_time(job, "Start"))
+    # the images it finished before came back from its own folder
+    logs = "".join(
+        f.read_text() for f in shard.work.glob("logs/estimate_image/*/*/*.log")
+    )
+    assert logs.count(f".kept-slurm-{job}/img") == 2, logs
 
 
 def test_a_preempted_shard_is_seen_ended_and_its_retry_keeps_its_images(
@@ -248,7 +271,7 @@ def test_a_preempted_shard_is_seen_ended_and_its_retry_keeps_its_images(
     assert f"SLURM allocation {job} ended PREEMPTED" in output
     states = {j["JobIDRaw"]: j["State"] for j in sacct_rows("-j", f"{job},{urgent}")}
     assert states[job] == "PREEMPTED" and states[urgent] == "COMPLETED", states
-    shard.check_kept_and_once()
+    shard.check_kept_and_once(cut_by=slurm_time(job, "End"))
 
 
 def no_links_between_folders(dest: Path) -> dict:
@@ -286,7 +309,7 @@ def test_a_file_system_without_links_between_folders_keeps_copies(tiny_run, tmp_
     assert shard.proc.returncode == 0, output[-5000:]
     said = [x for x in output.splitlines() if "keep a copy of each finished" in x]
     assert len(said) == 1 and "PermissionError" in said[0], said
-    shard.check_kept_and_once()
+    shard.check_kept_and_once(cut_by=slurm_time(job, "End"))
     kept = list(shard.work.glob("runs/per_image/*/*/.kept-slurm-*/img*.pt"))
     assert kept and all(k.stat().st_nlink == 1 for k in kept)  # copies, not links
 
@@ -314,4 +337,6 @@ def test_a_killed_login_snakemake_leaves_no_image_computed_twice_at_once(
     assert f"({job} RUNNING)" in line, line
     jobs = jobs_since(shard.first, shard.work)
     assert jobs[0]["State"].startswith("CANCELLED") and len(jobs) == 2, jobs
-    shard.check_kept_and_once()
+    # cancelled, and ended, before the new run's shard started
+    assert slurm_time(job, "End") <= slurm_time(jobs[1]["JobIDRaw"], "Start")
+    shard.check_kept_and_once(cut_by=slurm_time(job, "End"))

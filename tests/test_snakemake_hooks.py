@@ -30,6 +30,9 @@ def test_every_internal_in_use_is_named():
         "queue_listener",
         "plugin_handlers",
         "Resource.evaluate",
+        "args_to_api",
+        "workdir_init",
+        "executor_plugin",
     ):
         assert needle in source
         assert any(needle in name for name in hooks.INTERNALS), needle
@@ -67,6 +70,30 @@ def test_the_internals_exist_in_the_installed_snakemake():
     # the statistics are logged once the plan is built, in a dry run too
     execute = inspect.getsource(Workflow.execute)
     assert "event=LogEvent.RUN_INFO" in execute and "# the dryrun case" in execute
+    # the command line parses the Snakefile inside args_to_api(args, parser) (its
+    # DAG API), whose args.executor names the intended executor (a dry run is a
+    # pseudo_executor) when it does
+    from snakemake.cli import args_to_api
+
+    to_api = inspect.getsource(args_to_api)
+    assert "args.executor" in to_api
+    assert to_api.index(".dag(") < to_api.index("execute_workflow(")
+    assert isinstance(Workflow.executor_plugin, property)
+    assert isinstance(Workflow.workdir_init, property)
+
+
+def test_the_executor_in_use_is_read_from_the_call_that_parses_the_workflow():
+    """executor_in_use finds args_to_api's args.executor up the stack (Snakemake's
+    command line parses the Snakefile inside it), None outside it."""
+    assert hooks.executor_in_use() is None
+
+    def parse():
+        return hooks.executor_in_use()
+
+    namespace = {"__name__": "snakemake.cli", "parse": parse}
+    exec("def args_to_api(args, parser):\n    return parse()\n", namespace)
+    args = SimpleNamespace(executor="slurm")
+    assert namespace["args_to_api"](args, None) == "slurm"
 
 
 def test_constant_set_resources_are_evaluated_once_to_snakemake_s_value():

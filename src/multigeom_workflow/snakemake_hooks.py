@@ -89,9 +89,11 @@ INTERNALS = {
     "Resource.raw": "a set-resources value as written",
     "snakemake.ioutils.register_in_globals": "names a resource expression may read",
     "snakemake.logging.logger RUN_INFO record": "the moment the plan is built",
-    "snakemake.api.DAGApi.execute_workflow(executor=...)": (
+    "snakemake.cli.args_to_api(args): args.executor": (
         "the executor in use, at parse time (executor_in_use)"
     ),
+    "workflow.executor_plugin": "the executor in use, at onstart",
+    "workflow.workdir_init": "the working directory the SLURM plugin submits from",
     "workflow.logger_manager.queue_listener": "the queue to the logger plugins",
     "workflow.logger_manager.plugin_handlers": "the logger plugins (idle ones)",
 }
@@ -135,7 +137,9 @@ class Run:
 
     @property
     def on_slurm(self) -> bool:
-        """A run for SLURM: planned on the login node, or a shard in its allocation."""
+        """A run for SLURM: planned on the login node, or a shard in its allocation
+        (whose Snakemake runs the jobs with the executor `SLURM_JOBSTEP`).
+        """
         return self.slurm is not None or self.executor == SLURM_JOBSTEP
 
     def runtime_of(self, wildcards) -> int:
@@ -173,20 +177,20 @@ SLURM_JOBSTEP = "slurm-jobstep"
 def executor_in_use() -> str | None:
     """
     The executor this Snakemake process runs the workflow with (``--executor``, a
-    profile's ``executor:``), known while Snakemake parses the Snakefile: it parses
-    it inside ``snakemake.api.DAGApi.execute_workflow(executor=...)`` (its
-    ``workflow_api._workflow``), whose ``executor`` is read from the call's frame.
-    Snakemake 9.27 passes the intended executor in a dry run too (its
-    ``pseudo_executor`` is "dryrun"); 9.19 passes ``"dryrun"``. None outside a run
-    (``--unlock``, ``--lint``).
+    profile's ``executor:``), known while Snakemake parses the Snakefile: its command
+    line parses it inside ``snakemake.cli.args_to_api(args, parser)`` (when it builds
+    the DAG API), whose ``args.executor`` is read from the call's frame. Snakemake
+    9.27 keeps the intended executor there in a dry run (its dry run is a
+    ``pseudo_executor``); 9.19 sets it to ``"dryrun"``. None outside Snakemake's
+    command line (its Python API).
     """
     frame = sys._getframe(1)
     while frame is not None:
         if (
-            frame.f_code.co_name == "execute_workflow"
-            and frame.f_globals.get("__name__") == "snakemake.api"
+            frame.f_code.co_name == "args_to_api"
+            and frame.f_globals.get("__name__") == "snakemake.cli"
         ):
-            value = frame.f_locals.get("executor")
+            value = getattr(frame.f_locals.get("args"), "executor", None)
             return value if isinstance(value, str) else None
         frame = frame.f_back
     return None

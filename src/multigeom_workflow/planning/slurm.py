@@ -284,10 +284,12 @@ def allocation_request(asks: dict) -> str:
         if gpus in ("0", "", "None")
         else f"{gpus} {model + ' ' if model else ''}GPU{'s' * (gpus != '1')}"
     ]
-    if asks.get("cpus_per_gpu") and gpus not in ("0", "", "None"):
-        parts.append(f"{asks['cpus_per_gpu']} CPU cores per GPU")
+    cores = asks.get("cpus_per_gpu") if gpus not in ("0", "", "None") else None
+    if cores:
+        parts.append(f"{cores} CPU core{'s' * (cores != '1')} per GPU")
     elif asks.get("cpus_per_task"):
-        parts.append(f"{asks['cpus_per_task']} CPU cores")
+        cores = asks["cpus_per_task"]
+        parts.append(f"{cores} CPU core{'s' * (cores != '1')}")
     if asks.get("mem_mb"):
         parts.append(f"{asks['mem_mb']} MB")
     for name, what in (("slurm_partition", "partition"), ("slurm_account", "account")):
