@@ -42,7 +42,7 @@ from multigeom_workflow.compute.standin import RECORD_ENV, STANDIN_ENV
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
 #: Seconds per image of the stand-in estimator.
-STANDIN_S = 6
+STANDIN_S = 4
 #: The most seconds a run may take here (no hang).
 RUN_LIMIT_S = 300
 
@@ -99,10 +99,10 @@ class Shard:
         )
         self.finished: dict[str, bytes] = {}
 
-    def wait_for_two_images(self) -> str:
-        """Wait until 2 images are done; returns the running allocation's job id."""
+    def wait_for_two_images(self, n: int = 2) -> str:
+        """Wait until `n` images are done; returns the running allocation's job id."""
         deadline = time.time() + 180
-        while len(compute_records(self.records)) < 2:
+        while len(compute_records(self.records)) < n:
             if time.time() > deadline or self.proc.poll() is not None:
                 self.proc.kill()
                 out = self.proc.communicate()[0]
@@ -110,8 +110,8 @@ class Shard:
             time.sleep(0.5)
         self.finished = {f: Path(f).read_bytes() for f in compute_records(self.records)}
         jobs = jobs_since(self.first, self.work)
-        assert len(jobs) == 1 and jobs[0]["State"] == "RUNNING", jobs
-        return jobs[0]["JobIDRaw"]
+        assert jobs and jobs[-1]["State"] == "RUNNING", jobs
+        return jobs[-1]["JobIDRaw"]
 
     def output(self) -> str:
         try:
@@ -124,12 +124,14 @@ class Shard:
     def files(self) -> list[str]:
         return sorted(str(f) for f in self.work.glob("runs/per_image/*/*/img*.pt"))
 
-    def check_kept_and_once(self, cut_by: float) -> dict:
+    def check_kept_and_once(self, cut_by) -> dict:
         """
         Every image there; those done before the event kept with their bytes and
         computed once; no image computed twice at the same time: a computation cut
         by the event (no end recorded) had stopped by `cut_by` (when SLURM ended its
-        allocation, or started it again), before the image's next computation.
+        allocation, or started it again: a time, or the times of its runs, the first
+        after the computation's start counting), before the image's next
+        computation.
         """
         files = self.files()
         assert len(files) == 4, files
@@ -137,49 +139,72 @@ class Shard:
         for f, content in self.finished.items():
             assert Path(f).read_bytes() == content, f
             assert len(spans[f]) == 1, (f, spans[f])  # kept: not computed again
+        bounds = sorted(cut_by) if isinstance(cut_by, list) else [cut_by]
         for f, runs in spans.items():
             ordered = sorted(runs)
-            for (_, end), (start, _) in zip(ordered, ordered[1:], strict=False):
-                assert (end if end is not None else cut_by) <= start, (f, runs, cut_by)
+            for (begin, end), (start, _) in zip(ordered, ordered[1:], strict=False):
+                if end is None:  # stopped when its allocation's run ended
+                    end = min([b for b in bounds if b > begin] or [bounds[-1]])
+                assert end <= start, (f, runs, cut_by)
         done = [f for f, runs in spans.items() if any(e for _, e in runs)]
         assert sorted(done) == files
         return spans
 
 
-def test_scancel_of_a_running_shard_ends_it_and_the_retry_keeps_its_images(
+def test_scancel_of_a_running_shard_ends_it_and_the_next_run_keeps_its_images(
     tiny_run, tmp_path
 ):
     """
     ``scancel`` (sacct: ``CANCELLED by 0``): the login node's Snakemake sees the end
-    at once with one line, its retry takes the 2 finished images back and computes
-    the 2 others. The shipped profile with its SET values given on the command line
+    at the next status check, with one line, and (no retry: ``--retries 0``) the next
+    run puts the 2 finished images back before it plans and computes the 2 others.
+    The shipped profile with its SET values given on the command line
     (``--set-resources`` replaces the profile's whole list): the allocations still
-    ask for a GPU, the shard's memory, and the rule's mpi="".
+    ask for a GPU and the shard's memory, and run each image as a plain process of
+    the allocation (the rule's ``mpi=""``: no srun step).
     """
     profile = REPO / "profiles" / "slurm"
     given = [f"estimate_image:slurm_partition={PARTITION}"]
     given += [f"estimate_image:slurm_account={ACCOUNT}"]
     given += ["estimate_image:cpus_per_gpu=1"]
-    shard = Shard(tmp_path, tiny_run, profile, None, "--set-resources", *given)
+    extra = ["--retries", "0", "--set-resources", *given]
+    shard = Shard(tmp_path, tiny_run, profile, None, *extra)
     job = shard.wait_for_two_images()
-    cancelled = time.time()
     subprocess.run(["scancel", job], check=True)
     output = shard.output()
-    assert shard.proc.returncode == 0, output[-5000:]
+    assert shard.proc.returncode != 0, output[-5000:]
     line = next(x for x in output.splitlines() if f"allocation {job} ended" in x)
     assert "CANCELLED by 0" in line and "cancelled (scancel) by uid 0" in line
+    dry = run([*shard.cmd, "-n"])
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "restored 2 per-image file(s)" in dry.stderr
+    assert f"({job} CANCELLED)" in dry.stderr
+    assert "per-image computations left: 2" in dry.stderr
+    again = subprocess.run(shard.cmd, env=shard.env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-5000:]
     jobs = jobs_since(shard.first, shard.work)
     assert [j["State"] for j in jobs] == ["CANCELLED by 0", "COMPLETED"], jobs
-    # the retry was submitted within two status intervals of the scancel (2 s here,
-    # the plugin adds 10 s per check without an end)
-    assert int(jobs[1]["JobIDRaw"]) > int(job) and time.time() - cancelled < 200
     shard.check_kept_and_once(cut_by=slurm_time(job, "End"))
     for j in jobs:  # what a shard needs, whatever the command line replaced
         tres = dict(item.split("=", 1) for item in j["ReqTRES"].split(","))
         assert tres["gres/gpu"] == "1" and tres["mem"] == "16000M", tres
-    assert "taken back from" in "".join(
-        f.read_text() for f in shard.work.glob("logs/estimate_image/*/*/*.log")
-    )
+    steps = subprocess.run(
+        [
+            "sacct",
+            "-n",
+            "-P",
+            "-j",
+            ",".join(j["JobIDRaw"] for j in jobs),
+            "-o",
+            "JobID",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert sorted(steps) == sorted(
+        x for j in jobs for x in (j["JobIDRaw"], f"{j['JobIDRaw']}.batch")
+    ), steps  # no srun step: one warm worker per allocation
 
 
 def slurm_time(job: str, field: str) -> float:
@@ -211,53 +236,69 @@ def requeued_start_now(job: str) -> None:
     pytest.fail(f"job {job} was not requeued: {state}")
 
 
-@pytest.mark.parametrize("how", ["scontrol requeue", "node down"])
-def test_a_requeued_shard_keeps_what_it_finished(tiny_run, tmp_path, how):
+def slurm_starts(job: str) -> list[float]:
+    """The start of each run of a job SLURM requeued (``sacct --duplicates``)."""
+    from datetime import datetime
+
+    out = subprocess.run(
+        ["sacct", "-X", "-D", "-n", "-P", "-j", job, "-o", "Start"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [datetime.fromisoformat(x).timestamp() for x in out if x != "Unknown"]
+
+
+def test_a_requeued_shard_keeps_what_it_finished(tiny_run, tmp_path):
     """
-    SLURM runs the same job id again (``scontrol requeue``; a node set down, whose
-    jobs SLURM requeues: ``JobRequeue=1``, its default): the allocation's own finished
-    images count (0 of 2 were kept before), it computes only the 2 others, and the
-    login node waits for it instead of failing it (sacct shows ``NODE_FAIL`` while
-    the controller holds it again) and submits nothing else.
+    SLURM runs the same job id again, twice: ``scontrol requeue`` once 1 image is
+    done, then a node set down (whose jobs SLURM requeues: ``JobRequeue=1``, its
+    default) once 2 are: each run takes back the images the earlier ones finished
+    (0 of 2 were kept before) and computes only the rest; the login node waits for
+    it instead of failing it (sacct shows ``NODE_FAIL`` while the controller holds it
+    again) and submits nothing else.
     """
     shard = Shard(tmp_path, tiny_run)
-    job = shard.wait_for_two_images()
-    if how == "scontrol requeue":
-        subprocess.run(["scontrol", "requeue", job], check=True)
-    else:
-        subprocess.run(
-            ["scontrol", "update", "nodename=localhost", "state=down", "reason=test"],
-            check=True,
-        )
-        time.sleep(2)
-        subprocess.run(
-            ["scontrol", "update", "nodename=localhost", "state=resume"], check=False
-        )
+    job = shard.wait_for_two_images(1)
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    requeued_start_now(job)
+    assert shard.wait_for_two_images(2) == job
+    subprocess.run(
+        ["scontrol", "update", "nodename=localhost", "state=down", "reason=test"],
+        check=True,
+    )
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", "nodename=localhost", "state=resume"])
     requeued_start_now(job)
     output = shard.output()
     assert shard.proc.returncode == 0, output[-5000:]
     jobs = jobs_since(shard.first, shard.work)
     assert [(j["JobIDRaw"], j["State"]) for j in jobs] == [(job, "COMPLETED")], jobs
-    # its first run's processes ended before SLURM started it again
-    shard.check_kept_and_once(cut_by=slurm_time(job, "Start"))
-    # the images it finished before came back from its own folder
+    starts = slurm_starts(job)
+    assert len(starts) == 3, starts  # its first run and two requeued ones
+    # each run's processes ended before SLURM started it again
+    shard.check_kept_and_once(cut_by=starts)
+    # the images it finished came back from its own folder in its last run
     logs = "".join(
         f.read_text() for f in shard.work.glob("logs/estimate_image/*/*/*.log")
     )
     assert logs.count(f".kept-slurm-{job}/img") == 2, logs
 
 
-def test_a_preempted_shard_is_seen_ended_and_its_retry_keeps_its_images(
+def test_a_preempted_shard_on_storage_without_links_keeps_its_images(
     tiny_run, tmp_path
 ):
     """
     A shard of the preemptible partition ``spot`` (PreemptMode=CANCEL) preempted by
     a job of ``urgent`` (a higher PriorityTier) that needs the whole node: PREEMPTED
     is final (the plugin waited on it forever); the retry waits for the node and
-    computes only the 2 images not finished.
+    computes only the 2 images not finished. On a file system that refuses hard
+    links between folders: the run says once that it keeps copies, and no image
+    fails for it (every image was failed right after it was computed).
     """
     profile = user_profile(tmp_path / "profile", slurm_partition="spot")
-    shard = Shard(tmp_path, tiny_run, profile)
+    env = no_links_between_folders(tmp_path / "site")
+    shard = Shard(tmp_path, tiny_run, profile, env)
     job = shard.wait_for_two_images()
     urgent = subprocess.run(
         ["sbatch", "--parsable", "-A", ACCOUNT, "-p", "urgent", "--gpus=2"],
@@ -271,7 +312,11 @@ def test_a_preempted_shard_is_seen_ended_and_its_retry_keeps_its_images(
     assert f"SLURM allocation {job} ended PREEMPTED" in output
     states = {j["JobIDRaw"]: j["State"] for j in sacct_rows("-j", f"{job},{urgent}")}
     assert states[job] == "PREEMPTED" and states[urgent] == "COMPLETED", states
+    said = [x for x in output.splitlines() if "keep a copy of each finished" in x]
+    assert len(said) == 1 and "PermissionError" in said[0], said
     shard.check_kept_and_once(cut_by=slurm_time(job, "End"))
+    kept = list(shard.work.glob("runs/per_image/*/*/.kept-slurm-*/img*.pt"))
+    assert kept and all(k.stat().st_nlink == 1 for k in kept)  # copies, not links
 
 
 def no_links_between_folders(dest: Path) -> dict:
@@ -293,25 +338,6 @@ def no_links_between_folders(dest: Path) -> dict:
     )
     path = os.environ.get("PYTHONPATH", "")
     return {"PYTHONPATH": os.pathsep.join([str(dest), path]) if path else str(dest)}
-
-
-def test_a_file_system_without_links_between_folders_keeps_copies(tiny_run, tmp_path):
-    """
-    Links refused between folders: the run says once that it keeps copies, no image
-    fails for it (every image was failed right after it was computed), and a shard
-    cancelled mid-way loses none of its finished images.
-    """
-    env = no_links_between_folders(tmp_path / "site")
-    shard = Shard(tmp_path, tiny_run, None, env)
-    job = shard.wait_for_two_images()
-    subprocess.run(["scancel", job], check=True)
-    output = shard.output()
-    assert shard.proc.returncode == 0, output[-5000:]
-    said = [x for x in output.splitlines() if "keep a copy of each finished" in x]
-    assert len(said) == 1 and "PermissionError" in said[0], said
-    shard.check_kept_and_once(cut_by=slurm_time(job, "End"))
-    kept = list(shard.work.glob("runs/per_image/*/*/.kept-slurm-*/img*.pt"))
-    assert kept and all(k.stat().st_nlink == 1 for k in kept)  # copies, not links
 
 
 def test_a_killed_login_snakemake_leaves_no_image_computed_twice_at_once(

@@ -504,8 +504,8 @@ def plan_for_run(
     The `SlurmPlan` of a run for SLURM, or None for any other run: one with
     ``--executor slurm`` (a profile's ``executor: slurm``), planned on the login node
     (inside an allocation, nothing is planned). Where the executor is not known
-    (None; ``dryrun``: the dry run of a Snakemake older than 9.27 names only its
-    dry-run executor), a run whose per-image jobs ask SLURM resources (``slurm_*`` in
+    (None: Snakemake's Python API; ``dryrun``: the dry run of Snakemake 9.19 names
+    only its dry-run executor), a run whose per-image jobs ask SLURM resources (``slurm_*`` in
     ``set-resources`` for estimate_image or in ``default-resources``) counts as one.
 
     Parameters
