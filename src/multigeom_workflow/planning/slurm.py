@@ -505,8 +505,9 @@ def plan_for_run(
     ``--executor slurm`` (a profile's ``executor: slurm``), planned on the login node
     (inside an allocation, nothing is planned). Where the executor is not known
     (None: Snakemake's Python API; ``dryrun``: the dry run of Snakemake 9.19 names
-    only its dry-run executor), a run whose per-image jobs ask SLURM resources (``slurm_*`` in
-    ``set-resources`` for estimate_image or in ``default-resources``) counts as one.
+    only its dry-run executor), a run whose per-image jobs ask SLURM resources
+    (``slurm_*`` in ``set-resources`` for estimate_image or in
+    ``default-resources``) counts as one.
 
     Parameters
     ----------
