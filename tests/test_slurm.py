@@ -105,6 +105,38 @@ def jobs_since(first: int, work: Path) -> list[dict]:
     ]
 
 
+#: The most seconds between two of the plugin's status checks in the tests that end
+#: a shard: the plugin adds 10 s after each check in which no job succeeded (up to
+#: 180 s, also after a failure), a latency of the login node's Snakemake only; capped
+#: here so that the suite waits minutes less for it (`status_checks_capped`).
+STATUS_CAP_S = 5
+_CAP_STATUS_CHECKS = f"""
+import sys
+if "snakemake" in " ".join(sys.orig_argv):
+    from snakemake_interface_executor_plugins.executors import remote as _remote
+
+    _checks = _remote.RemoteExecutor.next_seconds_between_status_checks
+
+    def _capped(self, value):
+        _checks.fset(self, None if value is None else min(value, {STATUS_CAP_S}))
+
+    _remote.RemoteExecutor.next_seconds_between_status_checks = _checks.setter(_capped)
+"""
+
+
+def status_checks_capped(dest: Path, *more: str) -> dict:
+    """
+    The environment of a run whose Python processes (the login node's Snakemake
+    among them; sbatch passes it to the allocations) read a sitecustomize module in
+    `dest`: the plugin's status checks at most `STATUS_CAP_S` apart, and the code
+    `more` (another file system's behaviour).
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "sitecustomize.py").write_text("\n".join([_CAP_STATUS_CHECKS, *more]))
+    path = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": os.pathsep.join([str(dest), path]) if path else str(dest)}
+
+
 def user_profile(dest: Path, **resources: str) -> Path:
     """
     profiles/slurm as a user edits it for this cluster: the values marked SET filled
@@ -542,6 +574,7 @@ def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
     # 25 s: SLURM ends a job within 30 s of its limit (1 minute at least), before
     # the 4th image is done; the 2 finished first are there by then
     env = {**STANDIN, STANDIN_ENV: "25", RECORD_ENV: str(records)}
+    env.update(status_checks_capped(tmp_path / "site"))
     first = last_job_id()
     cmd = slurm_command(work, profile, "--jobs", "1", "--until", "estimate_image")
     cmd += ["--config", "n_images=1", "noise_ceiling_images=0"]

@@ -8,7 +8,9 @@ Each test runs one shard of the reduced demo's 4 first estimates (the stand-in
 estimator: `STANDIN_S` seconds an image), ends the allocation once 2 images are done,
 and checks that the run ends or goes on without a hang, that each image is computed
 at most once at a time and only once where it was finished before the event, and that
-every image finished before the event is kept with its bytes.
+every image finished before the event is kept with its bytes. The plugin's status
+checks are at most `STATUS_CAP_S` apart here (its growing interval is only a
+latency: `status_checks_capped`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from test_slurm import (  # noqa: F401  (slurm_cluster: the fixture)
     PARTITION,
     REPO,
     STANDIN,
+    STATUS_CAP_S,
     compute_records,
     jobs_since,
     last_job_id,
@@ -33,6 +36,7 @@ from test_slurm import (  # noqa: F401  (slurm_cluster: the fixture)
     sacct_rows,
     slurm_cluster,
     slurm_command,
+    status_checks_capped,
     user_profile,
     workdir_with_assets,
 )
@@ -71,7 +75,7 @@ def compute_spans(path: Path) -> dict[str, list[tuple[float, float | None]]]:
 class Shard:
     """One shard of 4 images running through the profile, ended by a test."""
 
-    def __init__(self, tmp_path, tiny_run, profile=None, env=None, *extra):
+    def __init__(self, tmp_path, tiny_run, profile=None, site=(), *extra):
         self.work = workdir_with_assets(tiny_run, tmp_path / "work")
         self.profile = profile or user_profile(tmp_path / "profile")
         self.records = tmp_path / "records.jsonl"
@@ -80,7 +84,7 @@ class Shard:
             **STANDIN,
             STANDIN_ENV: str(STANDIN_S),
             RECORD_ENV: str(self.records),
-            **(env or {}),
+            **status_checks_capped(tmp_path / "site", *site),
         }
         self.env["PATH"] = os.pathsep.join(
             [str(Path(sys.executable).parent), self.env["PATH"]]
@@ -168,7 +172,7 @@ def test_scancel_of_a_running_shard_ends_it_and_the_next_run_keeps_its_images(
     given += [f"estimate_image:slurm_account={ACCOUNT}"]
     given += ["estimate_image:cpus_per_gpu=1"]
     extra = ["--retries", "0", "--set-resources", *given]
-    shard = Shard(tmp_path, tiny_run, profile, None, *extra)
+    shard = Shard(tmp_path, tiny_run, profile, (), *extra)
     job = shard.wait_for_two_images()
     subprocess.run(["scancel", job], check=True)
     output = shard.output()
@@ -295,8 +299,7 @@ def test_a_preempted_shard_on_storage_without_links_keeps_its_images(
     fails for it (every image was failed right after it was computed).
     """
     profile = user_profile(tmp_path / "profile", slurm_partition="spot")
-    env = no_links_between_folders(tmp_path / "site")
-    shard = Shard(tmp_path, tiny_run, profile, env)
+    shard = Shard(tmp_path, tiny_run, profile, [NO_LINKS_BETWEEN_FOLDERS])
     job = shard.wait_for_two_images()
     urgent = subprocess.run(
         ["sbatch", "--parsable", "-A", ACCOUNT, "-p", "urgent", "--gpus=2"],
@@ -317,25 +320,17 @@ def test_a_preempted_shard_on_storage_without_links_keeps_its_images(
     assert kept and all(k.stat().st_nlink == 1 for k in kept)  # copies, not links
 
 
-def no_links_between_folders(dest: Path) -> dict:
-    """
-    The environment of a run on a file system that refuses a hard link into another
-    folder (BeeGFS up to v7: EPERM), for every Python process of it: os.link given
-    that behaviour by a sitecustomize module.
-    """
-    dest.mkdir()
-    (dest / "sitecustomize.py").write_text(
-        "import errno, os\n"
-        "_link = os.link\n"
-        "def link(src, dst, *args, **kwargs):\n"
-        "    if os.path.dirname(os.path.abspath(src)) != "
-        "os.path.dirname(os.path.abspath(dst)):\n"
-        "        raise PermissionError(errno.EPERM, 'Operation not permitted')\n"
-        "    return _link(src, dst, *args, **kwargs)\n"
-        "os.link = link\n"
-    )
-    path = os.environ.get("PYTHONPATH", "")
-    return {"PYTHONPATH": os.pathsep.join([str(dest), path]) if path else str(dest)}
+#: os.link as a file system that refuses a hard link into another folder has it
+#: (BeeGFS up to v7: EPERM), for every Python process of a run (`status_checks_capped`).
+NO_LINKS_BETWEEN_FOLDERS = """
+import errno, os
+_link = os.link
+def _refused(src, dst, *args, **kwargs):
+    if os.path.dirname(os.path.abspath(src)) != os.path.dirname(os.path.abspath(dst)):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+    return _link(src, dst, *args, **kwargs)
+os.link = _refused
+"""
 
 
 def test_a_killed_login_snakemake_leaves_no_image_computed_twice_at_once(
