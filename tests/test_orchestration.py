@@ -323,3 +323,83 @@ def test_request_from_json_gives_the_warm_workers_tensors(tiny_run, monkeypatch)
     for key in TENSORS:
         assert torch.equal(cold[key], warm[key]), key
     assert cold["provenance"]["seed"] == warm["provenance"]["seed"]
+
+
+def run_with_cuda_fault(tmp_path, root: Path, fault: str, *args: str):
+    """The simulated scenario (2 configurations x 3 images) on 2 simulated GPUs with
+    the local-gpu profile, the stand-in raising PyTorch's error of a broken CUDA
+    context on a slot (`CUDA_FAULT_ENV`, ``<slot>:<times>``)."""
+    from multigeom_workflow.compute.standin import CUDA_FAULT_ENV
+
+    config, env = simulated_scenario(root, 2, 3)
+    env = {
+        **os.environ,
+        **env,
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "MULTIGEOM_STANDIN_S": "0.3",
+        "MULTIGEOM_STANDIN_RECORD": str(root / "records.jsonl"),
+        "MULTIGEOM_GPU_LOCK_DIR": str(root / "locks"),
+        CUDA_FAULT_ENV: fault,
+    }
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
+    cmd += ["--directory", str(tmp_path), *simulated_targets(2, 3)]
+    cmd += ["--profile", str(REPO / "profiles" / "local-gpu"), "--cores", "4"]
+    cmd += ["--configfile", str(config), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+
+def test_a_worker_whose_cuda_context_fails_is_replaced(tmp_path, short_root):
+    """
+    The first image asked of GPU 0 raises what PyTorch raises after an illegal memory
+    access: that worker answers and ends instead of serving the next image, and the
+    job asks a fresh worker (a new process), which computes the image.
+    """
+    result = run_with_cuda_fault(tmp_path, short_root, "gpu0:1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(list(tmp_path.glob("runs/per_image/*/*/img*.pt"))) == 6
+    worker_log = (tmp_path / "logs" / "workers" / "gpu0.log").read_text()
+    assert worker_log.count("worker started") >= 2
+    ended = [x for x in worker_log.splitlines() if "CUDA context failed" in x]
+    assert ended and "an illegal memory access was encountered" in ended[0]
+    (failed,) = [
+        f
+        for f in tmp_path.glob("logs/estimate_image/*/*/img*.log")
+        if "again in a fresh worker" in f.read_text()
+    ]
+    out = str(tmp_path / "runs" / "per_image" / failed.parent.parent.name)
+    out += f"/{failed.parent.name}/{failed.stem}.pt"
+    computes = [e for e in records(short_root) if e["what"] == "compute"]
+    done = [e for e in computes if e["out"] == out and e.get("end")]
+    assert len(done) == 1 and done[0]["slot"] == "gpu0"  # by the replacement
+    starts = [
+        int(line.split("pid ")[1].rstrip(")"))
+        for line in worker_log.splitlines()
+        if line.startswith("worker started")
+    ]
+    assert done[0]["pid"] in starts[1:]  # not the worker whose context failed
+
+
+def test_a_gpu_whose_context_fails_twice_is_stopped_and_the_others_go_on(
+    tmp_path, short_root
+):
+    """
+    GPU 0 fails every image: after the second failure (two workers in a row) it is
+    stopped for the run with one line naming it and the error; the image's job fails
+    and its retry, like every later job, computes on GPU 1.
+    """
+    result = run_with_cuda_fault(tmp_path, short_root, "gpu0:1000", "--retries", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(list(tmp_path.glob("runs/per_image/*/*/img*.pt"))) == 6
+    said = [
+        line
+        for f in tmp_path.glob("logs/estimate_image/*/*/img*.log")
+        for line in f.read_text().splitlines()
+        if "stopped for this run" in line
+    ]
+    assert len(said) == 1, said
+    assert said[0].startswith("GPU 0 (cuda:0) stopped for this run: its CUDA context")
+    assert "an illegal memory access was encountered" in said[0]
+    computes = [e for e in records(short_root) if e["what"] == "compute"]
+    assert {e["slot"] for e in computes} == {"gpu1"}
+    faults = (short_root / "records.jsonl.faults").read_text().split()
+    assert faults == ["gpu0", "gpu0"]  # no job held GPU 0 after it was stopped

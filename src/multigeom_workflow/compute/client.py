@@ -33,7 +33,14 @@ from pathlib import Path
 
 from ..settings.layout import is_ceiling_file, parse_image_file
 from ..settings.names import PER_IMAGE_RULES
-from .gpus import allocation_cpus, compute_lock, gpu_index, hold_cpu, hold_gpu
+from .gpus import (
+    allocation_cpus,
+    compute_lock,
+    gpu_index,
+    hold_cpu,
+    hold_gpu,
+    stop_gpu,
+)
 from .hook import estimator_hook, record
 from .kept import keep_finished, take_kept
 from .request import EstimateRequest, RunSettings
@@ -89,8 +96,58 @@ def _hold(run: RunSettings):
     """Hold the job's slot: a GPU of the run (``cuda:N``: that one) or a CPU share."""
     if run.device.startswith("cuda"):
         want = gpu_index(run.device)
-        return hold_gpu(run.gpu_ids, want=want)
+        return hold_gpu(run.gpu_ids, want=want, run_id=run.run_id)
     return hold_cpu(run.cpu_slots, run_id=run.run_id)
+
+
+def ask_warm_worker(run: RunSettings, slot, request: EstimateRequest, threads: int):
+    """
+    Hand `request` to the warm worker of `slot`; if the worker's CUDA context failed
+    (`multigeom_workflow.compute.workers.ContextLost`: it has ended), once more to a
+    fresh worker (a new process, a new context). A second failure on the GPU stops
+    that GPU for the run (`multigeom_workflow.compute.gpus.stop_gpu`: no later job
+    holds it; the other GPUs go on) and fails this job with one line naming the GPU
+    and the error.
+
+    Returns
+    -------
+    dict
+        The worker's answer (``{"ok": True, "seconds": ...}``).
+
+    Raises
+    ------
+    SystemExit
+        With the line, when the GPU is stopped.
+    RuntimeError
+        When the estimate failed otherwise (`request_estimate`).
+    """
+    from .workers import ContextLost, request_estimate, slot_spec
+
+    spec = slot_spec(slot.kind, slot.slot_id, slot.device, threads, run.run_id)
+    log = Path("logs", "workers", f"{slot.kind}{slot.slot_id}.log").resolve()
+    try:
+        return request_estimate(spec, request, log=log)
+    except ContextLost as err:
+        first = str(err).splitlines()[0]
+        print(
+            f"{first}; {Path(request.out).name} again in a fresh worker on "
+            f"{slot.kind} {slot.slot_id} (a new process, a new CUDA context)",
+            flush=True,
+        )
+    try:
+        return request_estimate(spec, request, log=log)
+    except ContextLost as err:
+        second = str(err).splitlines()[0].split(": ", 1)[-1]
+        if slot.kind != "gpu":
+            raise
+    line = (
+        f"GPU {slot.slot_id} ({slot.device}) stopped for this run: its CUDA context "
+        f"failed in two workers in a row ({second}); the run's other GPUs go on, and "
+        f"this job fails ({Path(request.out).name}: a retry runs it on another GPU)"
+    )
+    stop_gpu(run.run_id, slot.slot_id, line)
+    print(line, flush=True)
+    raise SystemExit(line)
 
 
 def compute_cold(
@@ -135,14 +192,7 @@ def main(argv=None) -> None:
     with _hold(run) as slot:
         print(f"holding {slot.kind} {slot.slot_id} ({slot.device})", flush=True)
         if run.warm:
-            from .workers import request_estimate, slot_spec
-
-            spec = slot_spec(slot.kind, slot.slot_id, slot.device, threads, run.run_id)
-            reply = request_estimate(
-                spec,
-                request,
-                log=Path("logs", "workers", f"{slot.kind}{slot.slot_id}.log").resolve(),
-            )
+            reply = ask_warm_worker(run, slot, request, threads)
             print(f"done by the warm worker in {reply['seconds']:.2f} s", flush=True)
         else:
             compute_cold(

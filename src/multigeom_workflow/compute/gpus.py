@@ -42,6 +42,8 @@ __all__ = [
     "gpu_index",
     "resolve_device",
     "run_dir",
+    "stop_gpu",
+    "stopped_gpus",
     "visible_gpu_ids",
 ]
 
@@ -117,6 +119,29 @@ def run_dir(run_id: str | int) -> Path:
     folder = lock_dir() / f"run-{run_id}"
     folder.mkdir(exist_ok=True)
     return folder
+
+
+def stop_gpu(run_id: str | int, gpu_id: str, why: str) -> Path:
+    """
+    Stop GPU `gpu_id` for the run `run_id`: no later job of the run holds it
+    (`hold_gpu`), e.g. after its CUDA context failed in two workers in a row;
+    `why` is kept in ``<run_dir>/gpu<id>.stopped``. Other runs are not affected (a
+    new run tries the GPU again, in new processes).
+    """
+    marker = run_dir(run_id) / f"gpu{gpu_id}.stopped"
+    marker.write_text(why.strip() + "\n")
+    return marker
+
+
+def stopped_gpus(run_id: str | int) -> dict[str, str]:
+    """The GPUs stopped for the run `run_id` (`stop_gpu`): id -> why."""
+    out = {}
+    for marker in run_dir(run_id).glob("gpu*.stopped"):
+        try:
+            out[marker.name[3 : -len(".stopped")]] = marker.read_text().strip()
+        except OSError:
+            continue
+    return out
 
 
 def _alive(pid: int) -> bool:
@@ -244,11 +269,14 @@ def hold_slot(
     want: int | None = None,
     poll_s=0.2,
     folder: Path | None = None,
+    stopped=None,
 ):
     """
     Hold one slot of `kind` for the duration of the block: the first free one of `ids`,
     or the one at position `want` among them, waiting until one is free. The slot is an
     exclusive ``flock`` on ``<folder>/<kind><id>.lock`` (default folder: `lock_dir`).
+    `stopped`, a callable giving id -> why, names slots not to hold (read again while
+    waiting); positions stay those among `ids` (a slot's device is ``cuda:<position>``).
 
     Yields
     ------
@@ -257,7 +285,8 @@ def hold_slot(
     Raises
     ------
     RuntimeError
-        If there is no slot to hold, or `want` is not a position among them.
+        If there is no slot to hold, `want` is not a position among them, or every
+        slot it may hold is stopped.
     """
     if not ids:
         raise RuntimeError(f"no {kind} slot to hold")
@@ -269,7 +298,13 @@ def hold_slot(
     shift = os.getpid() % len(positions)
     order = positions[shift:] + positions[:shift]
     while True:
+        out = stopped() if stopped is not None else {}
+        if all(ids[p] in out for p in order):
+            said = "; ".join(f"{kind} {ids[p]}: {out[ids[p]]}" for p in order)
+            raise RuntimeError(f"every {kind} this job may use is stopped ({said})")
         for position in order:
+            if ids[position] in out:
+                continue
             handle = open(folder / f"{kind}{ids[position]}.lock", "a+")
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -289,21 +324,30 @@ def hold_slot(
         time.sleep(poll_s)
 
 
-def hold_gpu(ids: list[str] | None = None, *, want: int | None = None, poll_s=0.2):
+def hold_gpu(
+    ids: list[str] | None = None,
+    *,
+    want: int | None = None,
+    poll_s=0.2,
+    run_id: str | int | None = None,
+):
     """
-    Hold one GPU (`hold_slot` over `ids`, default `visible_gpu_ids`), or GPU `want`.
+    Hold one GPU (`hold_slot` over `ids`, default `visible_gpu_ids`), or GPU `want`;
+    with `run_id`, none that is stopped for that run (`stop_gpu`).
 
     Raises
     ------
     RuntimeError
-        If no GPU is visible, or `want` is not one of them.
+        If no GPU is visible, `want` is not one of them, or every GPU it may hold is
+        stopped.
     """
     ids = visible_gpu_ids() if ids is None else list(ids)
     if not ids:
         raise RuntimeError("no GPU is visible (CUDA_VISIBLE_DEVICES, nvidia-smi)")
     if want is not None and not 0 <= want < len(ids):
         raise RuntimeError(f"cuda:{want} asked for, but {len(ids)} GPU(s) are visible")
-    return hold_slot("gpu", ids, want=want, poll_s=poll_s)
+    stopped = None if run_id is None else (lambda: stopped_gpus(run_id))
+    return hold_slot("gpu", ids, want=want, poll_s=poll_s, stopped=stopped)
 
 
 def hold_cpu(n_slots: int, *, run_id: str | int | None = None, poll_s=0.2):

@@ -32,6 +32,8 @@ from .hook import HOOK_ENV
 from .request import EstimateRequest
 
 __all__ = [
+    "CUDA_FAULT_ENV",
+    "CUDA_FAULT_TEXT",
     "RECORD_ENV",
     "STANDIN_ENV",
     "estimate",
@@ -46,6 +48,19 @@ __all__ = [
 
 STANDIN_ENV = "MULTIGEOM_STANDIN_S"
 RECORD_ENV = "MULTIGEOM_STANDIN_RECORD"
+#: ``<slot>:<times>`` (``gpu0:1``): the stand-in raises the error PyTorch raises for a
+#: broken CUDA context on that slot, the first `times` computations asked of it in
+#: the run (counted in ``<record file>.faults``; needs `RECORD_ENV`).
+CUDA_FAULT_ENV = "MULTIGEOM_STANDIN_CUDA_FAULT"
+#: What PyTorch (2.8, ``c10_cuda_check_implementation``) raises after an illegal
+#: memory access: ``torch.AcceleratorError`` with this text; the context is unusable.
+CUDA_FAULT_TEXT = (
+    "CUDA error: an illegal memory access was encountered\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so "
+    "the stacktrace below might be incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
 
 
 def standin_seconds() -> float | None:
@@ -69,9 +84,36 @@ def record(**entry) -> None:
 def estimate(request: EstimateRequest, slot: str) -> Path:
     """
     The hook's estimate (`multigeom_workflow.compute.hook`): `estimate_standin` with
-    ``MULTIGEOM_STANDIN_S`` seconds (0 when unset).
+    ``MULTIGEOM_STANDIN_S`` seconds (0 when unset), or the error of a broken CUDA
+    context where `CUDA_FAULT_ENV` asks for one.
+
+    Raises
+    ------
+    torch.AcceleratorError
+        `CUDA_FAULT_TEXT`, as PyTorch raises it (a RuntimeError where torch is not
+        installed).
     """
+    _maybe_cuda_fault(slot)
     return estimate_standin(request, standin_seconds() or 0.0, slot)
+
+
+def _maybe_cuda_fault(slot: str) -> None:
+    where, _, times = os.environ.get(CUDA_FAULT_ENV, "").partition(":")
+    record_file = os.environ.get(RECORD_ENV)
+    if not where or where != slot or not record_file:
+        return
+    count = Path(f"{record_file}.faults")
+    with open(count, "a+") as f:  # one worker per slot at a time: no race
+        f.seek(0)
+        done = f.read().split().count(slot)
+        if done >= int(times or 1):
+            return
+        f.write(f"{slot}\n")
+    try:
+        from torch import AcceleratorError as error
+    except ImportError:
+        error = RuntimeError
+    raise error(CUDA_FAULT_TEXT)
 
 
 def estimate_standin(request: EstimateRequest, seconds: float, slot: str) -> Path:

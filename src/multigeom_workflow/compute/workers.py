@@ -26,6 +26,13 @@ A worker also ends when the Snakemake process of its run ends (it watches its pi
 after `IDLE_S` seconds without work. It logs to ``logs/workers/``. If it dies during a
 request, the job fails with the tail of that log, and Snakemake's ``--retries`` can run
 the job again.
+
+A worker whose CUDA context fails (`cuda_context_lost`: an illegal memory access, a
+device-side assert, an Xid or ECC fault: every later CUDA call of the process fails
+too, pytorch issue #105359) answers the job with the error, marked, and ends before it
+can serve another image: its slot's compute lock goes with it, and the job
+(`multigeom_workflow.compute.client`) asks a fresh worker (a new process, a new
+context) once (`ContextLost`).
 """
 
 from __future__ import annotations
@@ -49,7 +56,9 @@ from .request import EstimateRequest
 __all__ = [
     "IDLE_S",
     "MAX_MODELS",
+    "ContextLost",
     "clean_after_killed_runs",
+    "cuda_context_lost",
     "request_estimate",
     "serve",
     "slot_spec",
@@ -63,6 +72,47 @@ IDLE_S = 120.0
 MAX_MODELS = 4
 #: Seconds a job waits for a new worker to load its models.
 START_TIMEOUT_S = 900.0
+
+
+#: What CUDA says of an error after which the process's CUDA context is unusable
+#: (sticky: every later CUDA call fails with it), as PyTorch raises it
+#: (``torch.AcceleratorError``, a RuntimeError: "CUDA error: <this>"): CUDA Runtime
+#: API, ``cudaError`` 700, 710, 714-719, 214, 702, 999; cuBLAS after such a fault.
+STICKY_CUDA_ERRORS = (
+    "an illegal memory access was encountered",
+    "device-side assert triggered",
+    "hardware stack error",
+    "an illegal instruction was encountered",
+    "misaligned address",
+    "operation not supported on global/shared address space",
+    "invalid program counter",
+    "unspecified launch failure",
+    "uncorrectable ECC error encountered",
+    "the launch timed out and was terminated",
+    "CUDA error: unknown error",
+    "CUBLAS_STATUS_EXECUTION_FAILED",
+)
+
+
+def cuda_context_lost(err: BaseException) -> bool:
+    """
+    Whether `err` (or an error it was raised from) says the process's CUDA context is
+    unusable (`STICKY_CUDA_ERRORS`); an out-of-memory error is not (the context
+    stays usable).
+    """
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, RuntimeError) and any(
+            m in str(err) for m in STICKY_CUDA_ERRORS
+        ):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+class ContextLost(RuntimeError):
+    """The worker's CUDA context failed during the request; the worker has ended."""
 
 
 def slot_spec(kind: str, slot_id: str, device: str, threads: int, run_id) -> dict:
@@ -148,6 +198,9 @@ def request_estimate(
 
     Raises
     ------
+    ContextLost
+        If the worker's CUDA context failed (`cuda_context_lost`): it has ended, and
+        the next request starts a fresh one.
     RuntimeError
         If the worker cannot start, dies during the request, or the estimate failed;
         the message holds the end of the worker's log.
@@ -183,6 +236,10 @@ def request_estimate(
             f"the estimator worker died during the request; {log}:\n{_tail(log)}"
         )
     reply = json.loads(answer)
+    if reply.get("context_lost"):
+        raise ContextLost(
+            f"the estimator worker's CUDA context failed: {reply.get('error')}"
+        )
     if not reply.get("ok"):
         raise RuntimeError(f"the estimator worker failed: {reply.get('error')}")
     return reply
@@ -275,8 +332,9 @@ def serve(path: Path, spec: dict, idle_s: float = IDLE_S) -> None:
     server.listen(1)
     server.settimeout(0.5)
     last = time.monotonic()
+    lost = None  # the error that broke this process's CUDA context
     try:
-        while _alive(watch_pid) and time.monotonic() - last < idle_s:
+        while lost is None and _alive(watch_pid) and time.monotonic() - last < idle_s:
             try:
                 conn, _ = server.accept()
             except TimeoutError:
@@ -299,6 +357,13 @@ def serve(path: Path, spec: dict, idle_s: float = IDLE_S) -> None:
                     reply = {"ok": True, "seconds": time.monotonic() - t}
                 except Exception as err:  # reported to the job, which fails
                     reply = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+                    if cuda_context_lost(err):
+                        # no later image in this process: the next request finds no
+                        # socket and starts a fresh worker (a new CUDA context)
+                        lost = reply["error"].splitlines()[0]
+                        reply["context_lost"] = True
+                        server.close()
+                        path.unlink(missing_ok=True)
                 done.set()
                 print(f"{request.out}: {reply}", flush=True)
                 try:
@@ -309,8 +374,14 @@ def serve(path: Path, spec: dict, idle_s: float = IDLE_S) -> None:
             last = time.monotonic()
     finally:
         server.close()
-        path.unlink(missing_ok=True)
-        why = "the run ended" if not _alive(watch_pid) else f"idle {idle_s:g} s"
+        if lost is None:  # else unlinked already: the path may be a fresh worker's
+            path.unlink(missing_ok=True)
+        if lost is not None:
+            why = f"its CUDA context failed ({lost}); a fresh worker serves next"
+        elif not _alive(watch_pid):
+            why = "the run ended"
+        else:
+            why = f"idle {idle_s:g} s"
         print(f"worker ends: {why}", flush=True)
 
 
