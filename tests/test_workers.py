@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, run_snakemake
 
@@ -129,3 +130,40 @@ def test_no_worker_outlives_an_interrupted_run(tiny_copy):
     # Nothing that looks finished was left by the interrupted jobs.
     for f in Path(tiny_copy, "runs/per_image").glob("*/*/img*.pt"):
         torch.load(f, weights_only=False)
+
+
+ILLEGAL_ACCESS = "CUDA error: an illegal memory access was encountered"
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (torch.AcceleratorError(ILLEGAL_ACCESS), True),
+        (RuntimeError("CUDA error: device-side assert triggered\nCUDA kernel"), True),
+        (RuntimeError("CUDA error: uncorrectable ECC error encountered"), True),
+        (RuntimeError("CUDA error: unspecified launch failure"), True),
+        (RuntimeError("CUDA error: misaligned address"), True),
+        (RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED when calling cublasSgemm"), True),
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), False),
+        (RuntimeError("shape mismatch"), False),
+        (ValueError("an illegal memory access was encountered"), False),
+    ],
+)
+def test_a_broken_cuda_context_is_told_from_other_errors(error, lost):
+    from multigeom_workflow.compute.workers import cuda_context_lost
+
+    assert cuda_context_lost(error) is lost
+
+
+def test_a_broken_context_is_found_behind_the_error_it_caused():
+    """The eigen-step's CPU fallback cannot copy off the device either: its error is
+    raised from the first one."""
+    from multigeom_workflow.compute.workers import cuda_context_lost
+
+    try:
+        try:
+            raise torch.AcceleratorError(ILLEGAL_ACCESS)
+        except RuntimeError as first:
+            raise ValueError("could not copy the eigen-step's input off") from first
+    except ValueError as err:
+        assert cuda_context_lost(err)

@@ -264,10 +264,16 @@ def on_end(workflow, run: Run) -> None:
     """
     At the end of a real run (``onsuccess``, ``onerror``): the inputs it made
     (checkpoints, the demo's data, test images) recorded with their content, so that
-    a later date change (``touch``, ``cp -r``) recomputes nothing.
+    a later date change (``touch``, ``cp -r``) recomputes nothing; and one line per
+    GPU this run stopped (its CUDA context failed in two workers in a row:
+    `multigeom_workflow.compute.gpus.stop_gpu`), which only its job's log said.
     """
     if workflow.is_main_process:
         record_contents(run.scenario, restore=False)
+        from .compute.gpus import stopped_gpus
+
+        for _, line in sorted(stopped_gpus(RunSettings.from_env().run_id).items()):
+            _say(f"warning: {line}")
 
 
 def _repair_before_planning(scenario: Scenario) -> None:

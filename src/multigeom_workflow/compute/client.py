@@ -145,7 +145,9 @@ def ask_warm_worker(run: RunSettings, slot, request: EstimateRequest, threads: i
         f"failed in two workers in a row ({second}); the run's other GPUs go on, and "
         f"this job fails ({Path(request.out).name}: a retry runs it on another GPU)"
     )
-    stop_gpu(run.run_id, slot.slot_id, line)
+    stop_gpu(run.run_id, slot.slot_id, line)  # said again when the run ends
+    with open(log, "a") as out:
+        print(line, file=out, flush=True)
     print(line, flush=True)
     raise SystemExit(line)
 
