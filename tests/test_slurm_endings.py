@@ -112,7 +112,11 @@ class Shard:
                 out = self.proc.communicate()[0]
                 pytest.fail(f"2 images were not done in time: {out[-3000:]}")
             time.sleep(0.5)
-        self.finished = {f: Path(f).read_bytes() for f in compute_records(self.records)}
+        for f in compute_records(self.records):
+            # each image as it was finished (a requeued run's Snakemake removes the
+            # outputs before it takes them back: read them once, when they are new)
+            if f not in self.finished:
+                self.finished[f] = Path(f).read_bytes()
         jobs = jobs_since(self.first, self.work)
         assert jobs and jobs[-1]["State"] == "RUNNING", jobs
         return jobs[-1]["JobIDRaw"]
