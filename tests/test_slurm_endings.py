@@ -306,7 +306,8 @@ def test_a_preempted_shard_on_storage_without_links_keeps_its_images(
     shard = Shard(tmp_path, tiny_run, profile, [NO_LINKS_BETWEEN_FOLDERS])
     job = shard.wait_for_two_images()
     urgent = subprocess.run(
-        ["sbatch", "--parsable", "-A", ACCOUNT, "-p", "urgent", "--gpus=2"],
+        ["sbatch", "--parsable", "-A", ACCOUNT, "-p", "urgent", "--gpus=2"]
+        + ["-D", str(tmp_path), "-o", "/dev/null"],
         input="#!/bin/sh\nsleep 3\n",
         capture_output=True,
         text=True,

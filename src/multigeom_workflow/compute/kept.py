@@ -14,8 +14,8 @@ second name in a folder of that allocation beside it
 (no copy), or a copy where the file system refuses hard links between folders
 (BeeGFS up to v7: EPERM; many FUSE, SMB and object-store mounts), chosen once per
 run on the login node (`choose_keep_method`, ``MULTIGEOM_KEEP_BY``) and said in its
-log. Keeping never fails the image: a file
-system that refuses both costs only the second name (a line in the job's log). And:
+log. Keeping never fails the image: a file system that refuses both costs only the
+second name (a line in the job's log). And:
 
 - a job whose file is missing takes it back from such a folder instead of computing
   it: another allocation's (Snakemake's ``--retries`` resubmits a failed shard whole:
@@ -130,7 +130,8 @@ def choose_keep_method(folder: str | Path) -> tuple[str, str | None]:
     how : str
         ``"link"``, or ``"copy"`` where the link was refused.
     why : str or None
-        The refusal (``"[Errno 1] Operation not permitted"``), None for links.
+        The refusal (``"PermissionError: Operation not permitted"``), None for
+        links.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -139,7 +140,6 @@ def choose_keep_method(folder: str | Path) -> tuple[str, str | None]:
         src = probe.with_name(probe.name + ".src")
         src.write_bytes(b"")
         try:
-            (probe / "dest").unlink(missing_ok=True)
             os.link(src, probe / "dest")
             return "link", None
         except OSError as err:
