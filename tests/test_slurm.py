@@ -368,7 +368,14 @@ def test_the_cap_splits_the_work_into_more_shards():
     runtimes = plan.runtimes()
     for shard, limit in zip(shards, limits, strict=True):
         # the jobs' runtimes add up to the shard's limit (Snakemake sums them)
-        assert 0 <= sum(runtimes[item] for item in shard) - limit <= 1
+        assert sum(runtimes[item] for item in shard) == limit
+    assert plan.asked_minutes() == limits
+    # with the noise ceiling's second estimates (2 jobs): never above the limit, the
+    # limit itself where a computation of one job takes the odd minute
+    mixed = SlurmPlan([pending[:3]], [[2, 1, 2]], [7], 60.0, "test", 600, "cap", 1)
+    assert mixed.asked_minutes() == [7] and mixed.runtimes()[pending[1]] == 1
+    odd = SlurmPlan([pending[:2]], [[2, 2]], [7], 60.0, "test", 600, "cap", 1)
+    assert odd.asked_minutes() == [6]
     assert plan.over_cap() == []
     assert any("instead of 2, so that each fits the cap" in x for x in plan.lines())
     one = SlurmPlan([[pending[0]]], [[1]], [700], 60.0, "test", 600, "cap", 1)

@@ -359,6 +359,9 @@ def test_a_killed_login_snakemake_leaves_no_image_computed_twice_at_once(
     assert again.returncode == 0, again.stderr[-5000:]
     line = next(x for x in again.stderr.splitlines() if x.startswith("cancelled 1"))
     assert f"({job} RUNNING)" in line, line
+    kept = list(shard.work.glob(f"runs/per_image/*/*/.kept-slurm-{job}/img*.pt"))
+    assert f"the {len(kept)} image(s) they finished are kept" in line, line
+    assert len(kept) >= 2
     jobs = jobs_since(shard.first, shard.work)
     assert jobs[0]["State"].startswith("CANCELLED") and len(jobs) == 2, jobs
     # cancelled, and ended, before the new run's shard started

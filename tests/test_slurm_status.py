@@ -147,11 +147,15 @@ def test_earlier_allocations_are_this_directorys_per_image_shards(tmp_path):
     answers = iter([[["11", "CANCELLED", here, "x"]], []])
     cancelled = []
     line = allocations.cancel_earlier_allocations(
-        here, lambda args: rows if "-u" in args else next(answers), cancelled.extend
+        here,
+        lambda args: rows if "-u" in args else next(answers),
+        cancelled.extend,
+        kept=lambda ids: 3 if ids == ["11", "12"] else 0,
     )
     assert cancelled == ["11", "12"]
     assert line.startswith("cancelled 2 SLURM allocation(s) of an earlier run")
     assert "(11 RUNNING, 12 PENDING)" in line
+    assert "the 3 image(s) they finished are kept and taken back" in line
     assert allocations.cancel_earlier_allocations(here, lambda args: []) is None
 
 

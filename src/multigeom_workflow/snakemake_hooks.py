@@ -735,13 +735,13 @@ def keep_method_line(scenario: Scenario) -> str:
     if how == "link":
         return (
             "SLURM shards keep a second name of each finished image by hard link "
-            f"(in {folder}/.kept-slurm-<jobid>/), taken back if their allocation "
-            "ends early"
+            "(in .kept-slurm-<jobid>/ beside the per-image files), taken back if "
+            "their allocation ends early"
         )
     return (
-        "SLURM shards keep a copy of each finished image (in "
-        f"{folder}/.kept-slurm-<jobid>/), taken back if their allocation ends early: "
-        f"this file system refuses hard links between folders ({why})"
+        "SLURM shards keep a copy of each finished image (in .kept-slurm-<jobid>/ "
+        "beside the per-image files), taken back if their allocation ends early: "
+        f"the file system of {folder} refuses hard links between folders ({why})"
     )
 
 
@@ -1006,10 +1006,10 @@ def on_start(workflow, run: Run) -> None:
         workflow.scheduler.resources["gpu"] = s.gpu_slots
     check_before_first_job(workflow, run)
     if getattr(workflow.executor_plugin, "name", None) == "slurm":
-        before_slurm_submissions(workflow)
+        before_slurm_submissions(workflow, run)
 
 
-def before_slurm_submissions(workflow) -> None:
+def before_slurm_submissions(workflow, run: Run) -> None:
     """
     At the start of a real run with ``--executor slurm``, before any submission:
     every way an allocation ends seen as an end (`multigeom_workflow.on_slurm.status`,
@@ -1018,10 +1018,20 @@ def before_slurm_submissions(workflow) -> None:
     .allocations`: its Snakemake ended abruptly), so that no image computes twice
     at once.
     """
+    from .compute.kept import KEPT_PREFIX
     from .on_slurm import allocations, status
+    from .planning.slurm import per_image_folders
+
+    def kept(ids: list[str]) -> int:
+        folders = per_image_folders(run.scenario)
+        return sum(
+            len(list(Path(f).glob(f"{KEPT_PREFIX}{job}/img*.pt")))
+            for f in folders
+            for job in ids
+        )
 
     status.install()
-    line = allocations.cancel_earlier_allocations(str(workflow.workdir_init))
+    line = allocations.cancel_earlier_allocations(str(workflow.workdir_init), kept=kept)
     if line:
         _say(line)
 

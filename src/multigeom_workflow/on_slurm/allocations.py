@@ -72,10 +72,12 @@ def cancel_earlier_allocations(
     query=_squeue,
     cancel: Callable[[list[str]], None] | None = None,
     wait_s: float = WAIT_S,
+    kept: Callable[[list[str]], int] | None = None,
 ) -> str | None:
     """
     Cancel the allocations `earlier_allocations` finds and wait until SLURM has
-    ended them.
+    ended them; `kept` counts the finished images the given allocations kept
+    (said in the line).
 
     Returns
     -------
@@ -110,9 +112,14 @@ def cancel_earlier_allocations(
             )
         time.sleep(2)
     listed = ", ".join(f"{job} {state}" for job, state in found)
+    finished = (
+        "the images they finished"
+        if kept is None
+        else (f"the {kept(ids)} image(s) they finished")
+    )
     return (
         f"cancelled {len(found)} SLURM allocation(s) of an earlier run of this "
         f"working directory that were still queued or running ({listed}): its "
-        "Snakemake had ended without them; the images they finished are kept and "
-        "taken back, the rest computed by this run"
+        f"Snakemake had ended without them; {finished} are kept and taken back, the "
+        "rest computed by this run"
     )

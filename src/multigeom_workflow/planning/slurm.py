@@ -195,18 +195,34 @@ class SlurmPlan:
         """
         Computation -> `runtime` (minutes) of each of its jobs: a shard's limit split
         over its jobs so that they add up to it (Snakemake sums a group's runtimes
-        into the allocation's ``--time``; a job may get 0).
+        into the allocation's ``--time``; a job may get 0), never above it (a
+        partition's MaxTime refuses a minute more): the same minutes each, one more
+        for the first computations until the limit is reached (a computation with
+        the noise ceiling's second estimate has two jobs of the same runtime: those
+        first, the odd minute to a computation of one job; a shard of two-job
+        computations alone with an odd remainder asks one minute less).
         """
         out = {}
         for shard, jobs, limit in zip(self.shards, self.jobs, self.limits, strict=True):
-            per_job = limit / max(sum(jobs), 1)
-            given, acc = 0, 0.0
-            for item, k in zip(shard, jobs, strict=True):
-                acc += k * per_job
-                each = max(0, math.ceil((round(acc, 9) - given) / k))
-                out[item] = each
-                given += each * k
+            base, left = divmod(limit, max(sum(jobs), 1))
+            for item in shard:
+                out[item] = base
+            for k in (2, 1):  # pairs first, the odd minute to a single job
+                for item, n in zip(shard, jobs, strict=True):
+                    if n == k and left >= k:
+                        out[item] += 1
+                        left -= k
         return out
+
+    def asked_minutes(self) -> list[int]:
+        """Per shard, the ``--time`` its allocation asks (the sum of its jobs'
+        `runtimes`: its limit, or one minute less).
+        """
+        runtimes = self.runtimes()
+        return [
+            sum(runtimes[item] * k for item, k in zip(shard, jobs, strict=True))
+            for shard, jobs in zip(self.shards, self.jobs, strict=True)
+        ]
 
     def single_minutes(self) -> int:
         """The time limit of one image alone (a job outside the planned shards)."""
@@ -232,6 +248,7 @@ class SlurmPlan:
         if not self.shards:
             return []
         asks = dict(asks or {})
+        asked = self.asked_minutes()
         hours = [
             (sum(jobs) * self.seconds_per_image + DEFAULT_STARTUP_S * configs) / 3600
             for jobs, configs in zip(self.jobs, self._configs(), strict=True)
@@ -247,7 +264,7 @@ class SlurmPlan:
             f"  on SLURM (--executor slurm): {len(self.shards)} allocation(s), one per "
             f"shard, each asking {allocation_request(asks)}; "
             f"{self.seconds_per_image:.3g} s per image ({self.source})",
-            f"    time limit per shard: {min(self.limits)} to {max(self.limits)} min "
+            f"    time limit per shard: {min(asked)} to {max(asked)} min "
             f"({MARGIN:g} x the work + {ALLOCATION_S:g} s), cap {self.cap} min "
             f"({self.cap_source}){split}",
             f"    GPU-hours per shard: {low}"
@@ -256,7 +273,7 @@ class SlurmPlan:
         ]
         width = max(2, len(str(len(self.shards) - 1)))
         for i, (jobs, configs, limit, h) in enumerate(
-            zip(self.jobs, self._configs(), self.limits, hours, strict=True)
+            zip(self.jobs, self._configs(), asked, hours, strict=True)
         ):
             lines.append(
                 f"    shard-{i:0{width}d}: {sum(jobs)} image(s) of {configs} "
