@@ -347,7 +347,7 @@ def test_a_killed_login_snakemake_leaves_no_image_computed_twice_at_once(
     says so, takes back what it finished and computes only the rest.
     """
     shard = Shard(tmp_path, tiny_run)
-    job = shard.wait_for_two_images()
+    job = shard.wait_for_two_images(1)  # 3 left: the orphan is still at work later
     os.kill(shard.proc.pid, signal.SIGKILL)
     shard.proc.communicate(timeout=30)
     time.sleep(STANDIN_S)  # the orphaned shard computes on
@@ -361,9 +361,12 @@ def test_a_killed_login_snakemake_leaves_no_image_computed_twice_at_once(
     assert f"({job} RUNNING)" in line, line
     kept = list(shard.work.glob(f"runs/per_image/*/*/.kept-slurm-{job}/img*.pt"))
     assert f"the {len(kept)} image(s) they finished are kept" in line, line
-    assert len(kept) >= 2
+    assert len(kept) >= 2  # the one before the kill, one at least after it
     jobs = jobs_since(shard.first, shard.work)
-    assert jobs[0]["State"].startswith("CANCELLED") and len(jobs) == 2, jobs
-    # cancelled, and ended, before the new run's shard started
-    assert slurm_time(job, "End") <= slurm_time(jobs[1]["JobIDRaw"], "Start")
+    assert jobs[0]["State"].startswith("CANCELLED"), jobs
+    # a new shard for what the orphan had not finished (none where it had finished
+    # every image by the time it was cancelled), started once it had ended
+    assert len(jobs) == 2 or (len(jobs) == 1 and len(kept) == 4), (jobs, kept)
+    if len(jobs) == 2:
+        assert slurm_time(job, "End") <= slurm_time(jobs[1]["JobIDRaw"], "Start")
     shard.check_kept_and_once(cut_by=slurm_time(job, "End"))
