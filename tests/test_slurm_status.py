@@ -229,3 +229,18 @@ def test_second_name_links_where_it_can(tmp_path):
     assert (tmp_path / "d" / "a").samefile(src)
     with pytest.raises(FileExistsError):
         second_name(src, tmp_path / "d" / "a", "copy")
+
+
+def test_what_a_cancelled_allocation_removed_is_put_back_and_still_kept(tmp_path):
+    """The earlier run's Snakemake, cancelled, removed a file it had just finished
+    (after the new run planned with it there): put back, its kept name stays."""
+    from multigeom_workflow.compute.kept import put_back
+
+    out = tmp_path / "img0003.pt"
+    out.write_bytes(b"finished by the orphan")
+    keep_finished(out, "61")
+    out.unlink()
+    assert put_back([tmp_path], ["61"]) == [out]
+    assert out.read_bytes() == b"finished by the orphan"
+    assert (tmp_path / ".kept-slurm-61" / "img0003.pt").exists()
+    assert put_back([tmp_path], ["61"]) == []  # there already

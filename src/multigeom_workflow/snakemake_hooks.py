@@ -1030,8 +1030,17 @@ def before_slurm_submissions(workflow, run: Run) -> None:
             for job in ids
         )
 
+    def put_back_removed(ids: list[str]) -> None:
+        # what their Snakemake removed as it was cancelled, after this run planned
+        # with it there: back from their kept folders (kept for later shards)
+        from .compute.kept import put_back
+
+        put_back(per_image_folders(run.scenario), ids)
+
     status.install()
-    line = allocations.cancel_earlier_allocations(str(workflow.workdir_init), kept=kept)
+    line = allocations.cancel_earlier_allocations(
+        str(workflow.workdir_init), kept=kept, ended=put_back_removed
+    )
     if line:
         _say(line)
 

@@ -49,6 +49,7 @@ __all__ = [
     "choose_keep_method",
     "drop_kept",
     "keep_finished",
+    "put_back",
     "restore_after_ended_allocations",
     "second_name",
     "slurm_job_states",
@@ -235,6 +236,26 @@ def take_kept(out: str | Path, job_id: str | None = None) -> Path | None:
         os.utime(out)
         return kept
     return None
+
+
+def put_back(folders: Iterable[str | Path], job_ids: Iterable[str]) -> list[Path]:
+    """
+    Put back every per-image file that the allocations `job_ids` kept and that is
+    missing now (their Snakemake removed it as they were cancelled), keeping their
+    folders (a later shard still takes back from them); returns the files.
+    """
+    out = []
+    for folder in folders:
+        for job in job_ids:
+            for kept in sorted(Path(folder).glob(f"{KEPT_PREFIX}{job}/img*.pt")):
+                target = Path(folder) / kept.name
+                if not target.exists():
+                    try:
+                        second_name(kept, target, os.environ.get(KEEP_ENV, "link"))
+                    except OSError:
+                        continue
+                    out.append(target)
+    return out
 
 
 def drop_kept(out: str | Path) -> list[Path]:

@@ -73,11 +73,12 @@ def cancel_earlier_allocations(
     cancel: Callable[[list[str]], None] | None = None,
     wait_s: float = WAIT_S,
     kept: Callable[[list[str]], int] | None = None,
+    ended: Callable[[list[str]], None] | None = None,
 ) -> str | None:
     """
     Cancel the allocations `earlier_allocations` finds and wait until SLURM has
     ended them; `kept` counts the finished images the given allocations kept
-    (said in the line).
+    (said in the line); `ended` is called with their ids once they have ended.
 
     Returns
     -------
@@ -111,6 +112,8 @@ def cancel_earlier_allocations(
                 f"{','.join(left or ids)}` lists none"
             )
         time.sleep(2)
+    if ended is not None:
+        ended(ids)
     listed = ", ".join(f"{job} {state}" for job, state in found)
     finished = (
         "the images they finished"
