@@ -1018,24 +1018,19 @@ def before_slurm_submissions(workflow, run: Run) -> None:
     .allocations`: its Snakemake ended abruptly), so that no image computes twice
     at once.
     """
-    from .compute.kept import KEPT_PREFIX
+    from .compute.kept import kept_files, put_back
     from .on_slurm import allocations, status
     from .planning.slurm import per_image_folders
 
+    folders = per_image_folders(run.scenario)
+
     def kept(ids: list[str]) -> int:
-        folders = per_image_folders(run.scenario)
-        return sum(
-            len(list(Path(f).glob(f"{KEPT_PREFIX}{job}/img*.pt")))
-            for f in folders
-            for job in ids
-        )
+        return len(kept_files(folders, ids))
 
     def put_back_removed(ids: list[str]) -> None:
         # what their Snakemake removed as it was cancelled, after this run planned
         # with it there: back from their kept folders (kept for later shards)
-        from .compute.kept import put_back
-
-        put_back(per_image_folders(run.scenario), ids)
+        put_back(folders, ids)
 
     status.install()
     line = allocations.cancel_earlier_allocations(

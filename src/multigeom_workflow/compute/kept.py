@@ -49,6 +49,7 @@ __all__ = [
     "choose_keep_method",
     "drop_kept",
     "keep_finished",
+    "kept_files",
     "put_back",
     "restore_after_ended_allocations",
     "second_name",
@@ -238,6 +239,17 @@ def take_kept(out: str | Path, job_id: str | None = None) -> Path | None:
     return None
 
 
+def kept_files(folders: Iterable[str | Path], job_ids: Iterable[str]) -> list[Path]:
+    """The per-image files the allocations `job_ids` kept in `folders`, in order."""
+    ids = list(job_ids)
+    return [
+        kept
+        for folder in folders
+        for job in ids
+        for kept in sorted(Path(folder).glob(f"{KEPT_PREFIX}{job}/img*.pt"))
+    ]
+
+
 def put_back(folders: Iterable[str | Path], job_ids: Iterable[str]) -> list[Path]:
     """
     Put back every per-image file that the allocations `job_ids` kept and that is
@@ -245,16 +257,14 @@ def put_back(folders: Iterable[str | Path], job_ids: Iterable[str]) -> list[Path
     folders (a later shard still takes back from them); returns the files.
     """
     out = []
-    for folder in folders:
-        for job in job_ids:
-            for kept in sorted(Path(folder).glob(f"{KEPT_PREFIX}{job}/img*.pt")):
-                target = Path(folder) / kept.name
-                if not target.exists():
-                    try:
-                        second_name(kept, target, os.environ.get(KEEP_ENV, "link"))
-                    except OSError:
-                        continue
-                    out.append(target)
+    for kept in kept_files(folders, job_ids):
+        target = kept.parent.parent / kept.name
+        if not target.exists():
+            try:
+                second_name(kept, target, os.environ.get(KEEP_ENV, "link"))
+            except OSError:
+                continue
+            out.append(target)
     return out
 
 
