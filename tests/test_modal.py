@@ -113,6 +113,9 @@ def test_one_container_per_shard_with_the_configs_gpu(modal_run):
     assert all(" --cores 1 " in c["args"][0]["command"] for c in calls)
     targets = sorted(len(c["args"][0]["job_outputs"]) for c in calls)
     assert targets == [2, 3, 3]
+    # each shard's timeout is its own time limit in whole minutes (the sum of its
+    # jobs' runtime: 3 x its work + 120 s), not the profile's modal-timeout of 6 h
+    assert all(c["timeout"] % 60 == 0 and 180 <= c["timeout"] < 21600 for c in calls)
     steps = calls[0]["image_steps"]
     pip = next(s["packages"] for s in steps if s["op"] == "pip_install")
     assert any(p.startswith("multigeom[paper]==") for p in pip)
@@ -252,6 +255,25 @@ def test_modal_check_on_the_fake(tmp_path):
     )
     assert refused.returncode == 2
     assert "config key 'modal.gpu' = 'B300'" in refused.stderr
+    # a token Modal refuses, and Modal out of reach: one line each, no traceback
+    for fault, said in (
+        (
+            {"FAKE_MODAL_TOKEN_REJECTED": "1"},
+            "Modal refused the credentials (AuthError",
+        ),
+        (
+            {"FAKE_MODAL_UPLOAD_ERRORS": "9"},
+            "Modal could not be reached to upload to the volume 'snakemake' "
+            "(ConnectionError",
+        ),
+    ):
+        failed = subprocess.run(
+            cmd, env={**env, **fault}, capture_output=True, text=True
+        )
+        assert failed.returncode == 2, failed.stderr[-2000:]
+        assert said in failed.stderr
+        assert "Traceback" not in failed.stderr
+        assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
 
 
 def test_what_a_modal_run_would_refuse_is_said_before_the_image_is_built(tmp_path):

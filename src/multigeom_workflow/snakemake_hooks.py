@@ -40,6 +40,7 @@ from .planning.slurm import (
     CAP_RESOURCE,
     SHARD_RESOURCES,
     SlurmPlan,
+    modal_plan,
     plan_for_run,
     restore_ended_allocations,
     status_query_problem,
@@ -124,6 +125,9 @@ class Run:
         The config key ``shards``.
     executor : str or None
         The executor in use (`executor_in_use`: ``slurm``, ``modal``, ``local``, ...).
+    modal : SlurmPlan or None
+        The shards and time limits of a sharded run on Modal
+        (`multigeom_workflow.planning.slurm.modal_plan`), None for any other run.
     """
 
     scenario: Scenario
@@ -134,6 +138,7 @@ class Run:
     runtimes: dict = field(default_factory=dict)
     shards_setting: int | str = "auto"
     executor: str | None = None
+    modal: SlurmPlan | None = None
 
     @property
     def on_slurm(self) -> bool:
@@ -149,7 +154,7 @@ class Run:
         allocation's --time); a job outside the planned shards, one image's limit.
         """
         key = ((wildcards.encoder, wildcards.area), int(wildcards.index))
-        return self.runtimes.get(key, self.slurm.single_minutes())
+        return self.runtimes.get(key, (self.slurm or self.modal).single_minutes())
 
     def shard_of(self, encoder: str, area: str, index: int) -> str:
         """
@@ -458,9 +463,17 @@ def start(workflow, config: dict) -> Run:
             _say(f"warning: {line}")
     if run.sharded:
         run.n_shards = num_shards(config["shards"], workflow.resource_settings.nodes)
-        if run.slurm:
-            run.shards = run.slurm.groups()
-            run.n_shards = max(len(run.slurm.shards), 1)
+        from snakemake_executor_plugin_modal.preflight import requested_settings
+
+        if run.slurm is None and requested_settings() is not None:
+            # on Modal: each shard's timeout (and the budget guard's worst case)
+            # from its work, not the profile's 6 h
+            run.modal = modal_plan(scenario, run.n_shards)
+            run.runtimes = run.modal.runtimes()
+        if run.slurm or run.modal:
+            plan = run.slurm or run.modal
+            run.shards = plan.groups()
+            run.n_shards = max(len(plan.shards), 1)
         else:
             run.shards = shard_groups(pending_images(scenario), run.n_shards)
         register_groups(workflow, run)
@@ -581,7 +594,7 @@ def estimate_resources(run: Run) -> dict:
     out = {"gpu": 1 if s.uses_gpu else 0, "runtime": None}
     if run.on_slurm:  # what a shard needs, whatever set-resources replaces
         out.update(SHARD_RESOURCES)
-    if run.slurm and run.slurm.shards:
+    if (run.slurm or run.modal) and (run.slurm or run.modal).shards:
 
         def runtime(wildcards) -> int:
             return run.runtime_of(wildcards)

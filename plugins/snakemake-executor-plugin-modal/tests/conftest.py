@@ -52,6 +52,9 @@ def fake_modal(tmp_path, monkeypatch):
     try:
         yield fake
     finally:
+        # containers outlive the client that spawned them (as on Modal, until
+        # cancelled or their app stops): the test's are stopped here
+        fake.fake_kill_all()
         for k in fakes:
             sys.modules.pop(k, None)
         sys.modules.update(saved)

@@ -56,6 +56,7 @@ CALLS = [
     ("Volume.read_file", ("self", "prefix/a.txt"), {}),
     ("Volume.batch_upload", ("self",), {"force": True}),
     ("Volume.commit", ("self",), {}),
+    ("Volume.reload", ("self",), {}),
     ("Volume.remove_file", ("self", "prefix/a.txt"), {}),
     ("Volume.hydrate", ("self",), {}),
     ("volume.VolumeUploadContextManager.put_file", ("self", "a", "/b"), {}),
@@ -63,6 +64,7 @@ CALLS = [
     ("config.config.get", ("token_id",), {}),
 ]
 ATTRIBUTES = [
+    "App.app_id",
     "FunctionCall.object_id",
     "exception.TimeoutError",
     "exception.FunctionTimeoutError",
@@ -73,6 +75,7 @@ ATTRIBUTES = [
     "exception.InternalError",
     "exception.ServiceError",
     "exception.AuthError",
+    "exception.ResourceExhaustedError",
     "exception.InvalidError",
     "exception.ImageBuildError",
     "exception.ModuleNotMountable",
@@ -227,8 +230,14 @@ def modal_names(tree: ast.AST) -> set[str]:
 #: CALLS, so that its signature is checked against the installed modal.
 OBJECT_METHODS = {
     "batch_upload", "build", "cancel", "commit", "function", "hydrate", "listdir",
-    "put_file", "read_file", "remove_file", "spawn", "with_options",
+    "put_file", "read_file", "reload", "remove_file", "spawn", "with_options",
 }  # fmt: skip
+#: Modal's classes whose methods the plugin calls on objects it holds.
+MODAL_CLASSES = ["App", "Function", "FunctionCall", "Volume", "Image", "Secret"]
+#: Attribute names of the plugin's code that are also names of those classes' public
+#: attributes but are not Modal's (``self.logger.info``, ``pool.map``, ``dict.update``,
+#: the plugin's own ``RunApp.stop``/``.app``/``.name``, ``self.workdir``).
+NOT_MODALS = {"info", "map", "update", "stop", "app", "name", "workdir"}
 WORKFLOW_ON_MODAL = PLUGIN.parents[3] / "src" / "multigeom_workflow" / "on_modal"
 
 
@@ -366,3 +375,84 @@ def _raising_job(kind: str):
     if kind == "ETIMEDOUT":
         raise OSError(errno.ETIMEDOUT, "Connection timed out")
     return kind
+
+
+def _plugin_sources() -> list[Path]:
+    sources = [*PLUGIN.glob("*.py")]
+    if WORKFLOW_ON_MODAL.is_dir():  # the plugin's own checkout has no workflow
+        sources += [*WORKFLOW_ON_MODAL.glob("*.py")]
+    return sources
+
+
+@pytest.fixture
+def real_client():
+    """The installed modal, taken before the fake replaces it (list it first)."""
+    return real_modal()
+
+
+def test_every_modal_method_the_plugin_names_is_checked_and_in_the_fake(
+    real_client, fake_modal
+):
+    """
+    Found mechanically, not by a list kept by hand: every attribute the plugin (or
+    the workflow's on_modal/ modules) reads that is a public name of one of Modal's
+    classes it uses must be in the contract (its signature bound against the real
+    client) and must exist in the fake (a test on the fake cannot call what it
+    lacks). Fails when a new Modal method is called and nobody added it.
+    """
+    modal = real_client
+    used = set()
+    for f in _plugin_sources():
+        used |= {
+            n.attr
+            for n in ast.walk(ast.parse(f.read_text()))
+            if isinstance(n, ast.Attribute)
+        }
+    covered = {n for n, _, _ in CALLS} | set(ATTRIBUTES)
+    missing_contract, missing_fake = [], []
+    for name in sorted(used - NOT_MODALS):
+        owners = [
+            cls
+            for cls in MODAL_CLASSES
+            if not name.startswith("_") and name in dir(getattr(modal, cls))
+        ]
+        if not owners:
+            continue
+        if not any(c.split(".")[-1] == name for c in covered):
+            missing_contract.append(f"{'/'.join(owners)}.{name}")
+        if not any(_fake_has(getattr(fake_modal, cls), name) for cls in owners):
+            missing_fake.append(f"{'/'.join(owners)}.{name}")
+    assert missing_contract == [], missing_contract
+    assert missing_fake == [], missing_fake
+
+
+def _fake_has(cls, name: str) -> bool:
+    """A class attribute of the fake's class, or one its methods set on instances."""
+    return hasattr(cls, name) or f"self.{name} =" in inspect.getsource(cls)
+
+
+def _parameters(target) -> dict:
+    return {
+        p.name: p.kind
+        for p in inspect.signature(target).parameters.values()
+        if p.name != "self"
+    }
+
+
+@pytest.mark.parametrize("name", sorted({c[0] for c in CALLS} - {"config.config.get"}))
+def test_the_fakes_parameters_are_the_real_clients(real_client, fake_modal, name):
+    """
+    Every entry point the plugin calls takes, in the fake, only parameters the real
+    client has, of the same kind (positional, keyword-only), and ``**kwargs`` only
+    where the real one has it: a test on the fake cannot pass an argument the real
+    client would refuse. (The real client may take more.)
+    """
+    real = _parameters(resolve(real_client, name))
+    fake = _parameters(resolve(fake_modal, name))
+    var = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    for pname, kind in fake.items():
+        if kind in var:
+            assert kind in real.values(), f"{name}: the fake takes {pname} of {kind}"
+            continue
+        assert pname in real, f"{name}: the real client has no parameter {pname!r}"
+        assert real[pname] == kind, f"{name}: {pname!r} is {real[pname]} there"

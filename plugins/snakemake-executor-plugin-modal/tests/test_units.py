@@ -46,16 +46,44 @@ def test_prices_per_container():
     assert math.isnan(GpuRequest("X9000").usd_per_second)
 
 
-def test_ledger_known_case_and_refusal():
-    ledger = Ledger(max_cost_usd=1.0)
+def test_ledger_known_case_and_admission():
+    ledger = Ledger(max_cost_usd=1.0, startup_s=100.0)
     ledger.add(GpuRequest("H100", 2), 300.0)  # 600 GPU-s x 0.001097 = 0.6582 USD
     assert ledger.gpu_seconds == 600.0
     assert ledger.cost_usd == pytest.approx(0.6582)
-    # next job: unknown runtime -> mean of finished calls (300 s) -> 0.6582 more
-    assert "not submitting" in ledger.refusal(GpuRequest("H100", 2), None)
-    assert ledger.refusal(GpuRequest("T4"), 60.0) is None  # 0.00984 USD fits
-    assert ledger.refusal(None, 1e9) is None  # CPU containers are not priced
+    # 0.3418 USD left. 60 s on two H100: worst case 2 x 0.001097 x (60 + 100) s
+    # = 0.35104 USD: refused alone, held back while another call runs
+    alone = ledger.admit(GpuRequest("H100", 2), 60)
+    assert alone.verdict == "refuse" and "= 0.35 USD" in alone.message
+    assert "could bring it to 1.01 USD" in alone.message  # 0.6582 + 0.35104
+    held = ledger.admit(GpuRequest("H100", 2), 60, reserved_usd=0.0, running=1)
+    assert (
+        held.verdict == "wait" and "0.34 USD left while 1 call(s) run" in held.message
+    )
+    # what running calls may still cost is held aside: 0.3 USD of them, 0.0418 left
+    assert ledger.admit(GpuRequest("T4"), 60, reserved_usd=0.3, running=1).verdict == (
+        "start"  # 0.000164 x 160 s = 0.02624 USD fits
+    )
+    # a default timeout (no runtime) is cut to the budget left when nothing runs:
+    # floor(0.3418 / 0.001097 - 100) = 211 s; on two H100 55 s, below the minimum
+    cut = ledger.admit(GpuRequest("H100"), 3600, may_cut=True)
+    assert (cut.verdict, cut.timeout_s) == ("start", 211)
+    assert "timeout cut from 3600 s to 211 s" in cut.message
+    assert ledger.admit(GpuRequest("H100", 2), 3600, may_cut=True).verdict == "refuse"
+    assert ledger.admit(None, 1e9).verdict == "start"  # CPU containers: not priced
+    assert Ledger().admit(GpuRequest("H100", 8), 86400).verdict == "start"  # no limit
     assert "1 container(s), 600 GPU-seconds, 0.66 USD" in ledger.summary()
+
+
+def test_spending_that_reaches_the_budget_stops_the_run():
+    ledger = Ledger(max_cost_usd=1.0)
+    ledger.add(GpuRequest("H100"), 500.0)  # 0.5485 USD
+    assert ledger.spent_line(0.45, None) is None  # 0.9985 < 1
+    line = ledger.spent_line(0.4515, None)  # 1.0000
+    assert "1.00 USD spent, running calls included" in line
+    assert ledger.exhausted == line
+    refused = ledger.admit(GpuRequest("T4"), 1)
+    assert refused.verdict == "refuse" and refused.message == line
 
 
 def test_gpu_fallback_list():

@@ -110,7 +110,8 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     """
     Run the check; 0 if everything worked, 1 if something failed (each failure
-    printed), 2 if it could not start (a refusal, one line).
+    printed), 2 if it could not start (a refusal, one line: a malformed GPU, a cap
+    too low, no credentials, a token Modal refuses, Modal out of reach).
     """
     import yaml
 
@@ -153,7 +154,12 @@ def main(args) -> int:
 def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> int:
     """The check itself, with ``work`` as the check's working directory."""
     import modal
-    from snakemake_executor_plugin_modal.calls import MOUNT, ContainerCall, RunApp
+    from snakemake_executor_plugin_modal.calls import (
+        MOUNT,
+        ContainerCall,
+        RunApp,
+        start_error,
+    )
     from snakemake_executor_plugin_modal.image import container_image
     from snakemake_executor_plugin_modal.staging import VolumeStager
     from snakemake_interface_common.exceptions import WorkflowError
@@ -164,10 +170,15 @@ def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> 
     image = container_image(
         profile.get("modal-pip") or [], local, profile.get("modal-image-commands") or []
     )
-    volume = modal.Volume.from_name(volume_name, create_if_missing=True)
     prefix = f".modal-check/{token}"
-    stager = VolumeStager(volume, prefix, work)
-    stager.upload(["Snakefile", "question.txt"])
+    try:  # the first request to Modal: a refused token or no network, in one line
+        volume = modal.Volume.from_name(volume_name, create_if_missing=True)
+        stager = VolumeStager(volume, prefix, work)
+        stager.upload(["Snakefile", "question.txt"])
+    except Exception as e:
+        err = start_error(e, doing=f"upload to the volume {volume_name!r}")
+        print(f"modal-check: {err}", file=sys.stderr)
+        return 2
     print(
         f"modal-check: building the image (or finding it built); then one job on "
         f"{','.join(gpu.types)}, stopped after {timeout_s} s "

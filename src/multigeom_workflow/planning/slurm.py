@@ -29,7 +29,9 @@ __all__ = [
     "SHARD_RESOURCES",
     "DEFAULT_CAP_MIN",
     "MARGIN",
+    "MODAL_CAP_MIN",
     "SlurmPlan",
+    "modal_plan",
     "partition_max_minutes",
     "plan_for_run",
     "plan_shards",
@@ -448,6 +450,7 @@ def slurm_plan(
     partition: str | None = None,
     profile_cap: int | None = None,
     planned: list | None = None,
+    cluster: bool = True,
 ) -> SlurmPlan:
     """
     The shards of a SLURM run of `scenario` and their time limits.
@@ -468,6 +471,9 @@ def slurm_plan(
     planned : list of ((encoder, area), index, jobs), optional
         The computations of Snakemake's plan and the per-image jobs of each (1, or 2
         with the noise ceiling's second estimate); default: the files missing now.
+    cluster : bool
+        Read the partition's MaxTime (``sinfo``); False for a run elsewhere
+        (`modal_plan`).
 
     Returns
     -------
@@ -495,11 +501,40 @@ def slurm_plan(
         if profile_cap
         else (DEFAULT_CAP_MIN, "the default: 24 h")
     )
-    maxtime, name = partition_max_minutes(partition) if pending else (None, "")
+    maxtime, name = (
+        partition_max_minutes(partition) if pending and cluster else (None, "")
+    )
     if maxtime is not None and maxtime < cap:
         cap, cap_source = maxtime, f"MaxTime of partition {name}"
     shards, jobs, limits = plan_shards(pending, jobs_of, wanted, spi, cap)
     return SlurmPlan(shards, jobs, limits, spi, source, cap, cap_source, wanted)
+
+
+#: Modal's longest function timeout, minutes (24 h: ``timeout`` of ``App.function``).
+MODAL_CAP_MIN = 1440
+
+
+def modal_plan(scenario: Scenario, wanted: int) -> SlurmPlan:
+    """
+    The shards of a run on Modal and their time limits, as for SLURM (`slurm_plan`:
+    `MARGIN` x the measured or default work + `ALLOCATION_S`), capped at Modal's
+    24 h: each per-image job's share of its shard's limit is its ``runtime``, which
+    Snakemake sums into the shard's, and the Modal plugin makes that sum the
+    container's timeout and the worst case its budget guard holds aside (instead of
+    the profile's ``modal-timeout`` of 6 h for every shard).
+
+    Parameters
+    ----------
+    scenario : Scenario
+    wanted : int
+        Shards asked for (``--jobs``, or the config key ``shards``).
+    """
+    timings = read_timings(
+        scenario.per_image_files(), engine=scenario.engine, precision=scenario.precision
+    )
+    return slurm_plan(
+        scenario, timings, wanted, profile_cap=MODAL_CAP_MIN, cluster=False
+    )
 
 
 def _given(resources, name: str):

@@ -35,7 +35,7 @@ from snakemake_interface_executor_plugins.settings import (
 from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args
 
 from . import preflight
-from .calls import MOUNT, ContainerCall, Ledger, RunApp
+from .calls import MOUNT, Admission, ContainerCall, Ledger, RunApp
 from .container import JOB_LOG, TARGETS
 from .image import container_image
 from .prices import GpuRequest, parse_gpu
@@ -104,10 +104,20 @@ class ExecutorSettings(ExecutorSettingsBase):
     max_cost_usd: Optional[float] = field(
         default=None,
         metadata={
-            "help": "--modal-max-cost-usd: stop submitting jobs once the USD spent on "
-            "GPUs plus the expected cost of the next job would exceed this. A job's "
-            "'modal_max_cost_usd' resource is a budget for that job as well; where "
-            "both are set, the lower wins.",
+            "help": "--modal-max-cost-usd: the most USD the run's GPUs may cost, at "
+            "every moment: a job starts only if its worst case (price x (timeout + "
+            "start-up)) fits beside what is spent and what the running calls may "
+            "still cost (it waits while they run), and every call is cancelled when "
+            "the spending reaches it. A job's 'modal_max_cost_usd' resource is a "
+            "budget for that job as well; where both are set, the lower wins.",
+        },
+    )
+    startup_seconds: int = field(
+        default=120,
+        metadata={
+            "help": "--modal-startup-seconds: seconds of a container's life that the "
+            "budget keeps aside beyond its timeout (the image's start before the "
+            "timeout counts, and the status check that sees its end).",
         },
     )
     pip: Optional[List[str]] = field(
@@ -175,6 +185,20 @@ class Executor(RemoteExecutor):
         import modal
 
         self.settings: ExecutorSettings = self.workflow.executor_settings
+        # Snakemake's status thread runs from the start (RemoteExecutor.__init__),
+        # while the image is built: the state it reads comes first
+        self.ledger = Ledger(
+            self.settings.max_cost_usd, startup_s=float(self.settings.startup_seconds)
+        )
+        # external job id -> its running call; external id -> a job waiting for
+        # budget; calls of failed jobs whose cancel has not reached Modal (they may
+        # bill); failed job -> its spec, until handle_job_error brings its files
+        self._calls: dict[str, ContainerCall] = {}
+        self._waiting: dict[str, object] = {}
+        self._orphans: list[ContainerCall] = []
+        self._failed: dict = {}
+        self._calls_lock = threading.Lock()
+        self._waited = 0
         self.workdir = Path.cwd()
         # everything the run would refuse, said at once before the image is built
         problems = preflight.settings_problems(self.settings, self.workflow)
@@ -198,10 +222,7 @@ class Executor(RemoteExecutor):
             self.settings.local_packages or [],
             self.settings.image_commands or [],
         )
-        self.ledger = Ledger(self.settings.max_cost_usd)
         self._sources: list[str] | None = None
-        self._calls: dict[str, ContainerCall] = {}
-        self._calls_lock = threading.Lock()
         env = self.job_env()
         self.logger.info(
             f"Modal: building the container image (or finding it built) before any "
@@ -256,25 +277,77 @@ class Executor(RemoteExecutor):
             self.report_job_error(SubmittedJobInfo(job), msg=msg)
 
     def submit(self, job) -> None:
-        """Stage the job's files and spawn its container (see :meth:`run_job`)."""
-        gpu = self.gpu_request(job)
-        runtime_s = _runtime_seconds(job)
-        with self._calls_lock:
-            running_usd = sum(c.cost_usd for c in self._calls.values())
-        refusal = self.ledger.refusal(gpu, runtime_s, running_usd, self.budget(job))
-        if refusal is not None:
-            self.report_job_error(SubmittedJobInfo(job), msg=refusal)
+        """
+        Spawn the job's container if the budget guard admits it now
+        (:meth:`admission`); else hold it until a running call ends (reported
+        submitted as ``waiting-<n>``: :meth:`check_active_jobs` starts it), or
+        refuse it (see :meth:`run_job`).
+        """
+        admission = self.admission(job)
+        name = self.get_jobname(job)
+        if admission.verdict == "refuse":
+            self.report_job_error(
+                SubmittedJobInfo(job), msg=f"Modal: job {name}: {admission.message}"
+            )
             return
-        spec = self.job_spec(job)
-        self.stager.upload(spec["stage"])
-        timeout_s = min(runtime_s or self.settings.timeout, MAX_TIMEOUT_S)
-        handle = self.app.spawn(spec, gpu, _cpus(job), _memory_mb(job), timeout_s)
-        call = ContainerCall(handle, gpu, timeout_s, warn=self.logger.warning)
+        if admission.verdict == "wait":
+            with self._calls_lock:
+                self._waited += 1
+                external_id = f"waiting-{self._waited}"
+                self._waiting[external_id] = job
+            self.logger.info(f"Modal: job {name} waits: {admission.message}")
+            self.report_job_submission(
+                SubmittedJobInfo(job, external_jobid=external_id, aux={})
+            )
+            return
+        call, spec = self.start(job, admission)
         with self._calls_lock:
             self._calls[call.call_id] = call
         self.report_job_submission(
             SubmittedJobInfo(job, external_jobid=call.call_id, aux={"spec": spec})
         )
+
+    def admission(self, job) -> Admission:
+        """
+        What the budget guard says of this job now (`Ledger.admit`): its timeout is
+        its ``runtime`` (fixed), else ``--modal-timeout`` (which may be cut to what
+        is left of the budget); the running calls' worst cases are held aside.
+        """
+        gpu = self.gpu_request(job)
+        runtime_s = _runtime_seconds(job)
+        timeout_s = min(runtime_s or self.settings.timeout, MAX_TIMEOUT_S)
+        running = self.running_calls()
+        return self.ledger.admit(
+            gpu,
+            timeout_s,
+            self.budget(job),
+            sum(c.reserved_usd(self.ledger.startup_s) for c in running),
+            len(running),
+            may_cut=runtime_s is None,
+        )
+
+    def running_calls(self) -> list[ContainerCall]:
+        """The calls that may bill: running, and those whose cancel has not
+        reached Modal yet."""
+        with self._calls_lock:
+            return [*self._calls.values(), *self._orphans]
+
+    def start(self, job, admission: Admission) -> tuple[ContainerCall, dict]:
+        """Stage the job's files and spawn its container with the admitted
+        timeout; returns the call and the job's spec."""
+        if admission.message:  # its timeout was cut to the budget left
+            self.logger.warning(
+                f"Modal: job {self.get_jobname(job)}: {admission.message}"
+            )
+        gpu = self.gpu_request(job)
+        spec = self.job_spec(job)
+        self.stager.upload(spec["stage"])
+        handle = self.app.spawn(
+            spec, gpu, _cpus(job), _memory_mb(job), admission.timeout_s
+        )
+        call = ContainerCall(handle, gpu, admission.timeout_s, warn=self.logger.warning)
+        call.budget = self.budget(job)
+        return call, spec
 
     def job_spec(self, job) -> dict:
         """The argument of the container's ``run_job`` for this job."""
@@ -484,10 +557,27 @@ class Executor(RemoteExecutor):
     # -- status -----------------------------------------------------------------
 
     async def check_active_jobs(self, active_jobs):
+        if not hasattr(self, "_calls_lock"):
+            # Snakemake's status thread starts before __post_init__ (while the image
+            # is built, RemoteExecutor.__init__): nothing was submitted yet
+            for job_info in active_jobs:
+                yield job_info
+            return
         # Modal's client calls block: they run in threads, not in Snakemake's event loop
+        await asyncio.to_thread(self.cancel_orphans)
+        stop = self.budget_reached()
+        if stop is not None:
+            self.logger.error(f"Modal: {stop}")
+            await asyncio.to_thread(self.cancel_all)
         for job_info in active_jobs:
+            external_id = job_info.external_jobid
             with self._calls_lock:
-                call = self._calls.get(job_info.external_jobid)
+                waiting = self._waiting.get(external_id)
+                call = self._calls.get(external_id)
+            if waiting is not None:
+                if await self.start_waiting(job_info):
+                    yield job_info
+                continue
             if call is None:  # cancelled meanwhile
                 continue
             async with self.status_rate_limiter:
@@ -496,8 +586,13 @@ class Executor(RemoteExecutor):
                 yield job_info
                 continue
             with self._calls_lock:
-                self._calls.pop(job_info.external_jobid, None)
-            self.ledger.add(call.gpu, call.seconds)
+                self._calls.pop(external_id, None)
+                if not outcome.ok and call.ended is None:  # its cancel failed
+                    self._orphans.append(call)
+            if call.ended is not None:
+                self.ledger.add(call.gpu, call.seconds)
+            if call.cancelled and self.ledger.exhausted is not None:
+                outcome.message = self.ledger.exhausted
             try:
                 await asyncio.to_thread(self.fetch_results, job_info, outcome.ok)
             except Exception as e:
@@ -506,13 +601,83 @@ class Executor(RemoteExecutor):
             if outcome.ok:
                 self.report_job_success(job_info)
             else:
+                # brought home once Snakemake has removed the failed job's outputs
+                self._failed[job_info.job] = job_info.aux["spec"]
                 msg = (
-                    f"Modal call {job_info.external_jobid}: {outcome.message}\n"
+                    f"Modal call {call.call_id}: {outcome.message}\n"
                     + self.log_report(job_info, outcome)
                 )
                 if job_info.job.is_group():  # Snakemake prints no message for it
                     self.logger.error(f"{self.get_jobname(job_info.job)}: {msg}")
                 self.report_job_error(job_info, msg=msg)
+
+    async def start_waiting(self, job_info) -> bool:
+        """
+        Start a job that waits for budget if the guard admits it now; True while it
+        is active (started, or still waiting), False once it was refused or failed
+        to start (reported).
+        """
+        job = job_info.job
+        name = self.get_jobname(job)
+        try:
+            admission = self.admission(job)
+            if admission.verdict == "wait":
+                return True
+            if admission.verdict == "refuse":
+                raise WorkflowError(admission.message)
+            call, spec = await asyncio.to_thread(self.start, job, admission)
+        except Exception as e:
+            with self._calls_lock:
+                self._waiting.pop(job_info.external_jobid, None)
+            text = (str(e).strip().splitlines() or [""])[0]
+            kind = "" if isinstance(e, WorkflowError) else f"{type(e).__name__}: "
+            msg = f"Modal: job {name} not submitted: {kind}{text}"
+            if job.is_group():
+                self.logger.error(msg)
+            self.report_job_error(job_info, msg=msg)
+            return False
+        self.logger.info(f"Modal: job {name} started ({call.call_id})")
+        job_info.aux["spec"] = spec
+        with self._calls_lock:
+            self._waiting.pop(job_info.external_jobid, None)
+            self._calls[job_info.external_jobid] = call
+        return True
+
+    def budget_reached(self) -> str | None:
+        """
+        The line that stops the run when what is spent, the running calls' cost so
+        far included, would reach the lowest budget of the running calls before the
+        next status check (`Ledger.spent_line`); None otherwise (or once said).
+        """
+        if self.ledger.exhausted is not None:
+            return None
+        running = self.running_calls()
+        budgets = [b for c in running if (b := getattr(c, "budget", None))]
+        if self.settings.max_cost_usd is not None:
+            budgets.append((float(self.settings.max_cost_usd), "--modal-max-cost-usd"))
+        if not budgets:
+            return None
+        interval = self.next_seconds_between_status_checks or 0
+        # what the running calls cost by the next check
+        running_usd = sum(c.cost_usd + c.usd_per_second * interval for c in running)
+        return self.ledger.spent_line(running_usd, min(budgets))
+
+    def cancel_all(self) -> None:
+        """Cancel every running call (the budget is reached); waiting jobs are
+        refused when they are next checked."""
+        for call in self.running_calls():
+            call.cancel()
+
+    def cancel_orphans(self) -> None:
+        """Cancel again the calls whose cancel failed; count them once it works."""
+        with self._calls_lock:
+            orphans, self._orphans = self._orphans, []
+        for call in orphans:
+            if call.cancel(attempts=1):
+                self.ledger.add(call.gpu, call.seconds)
+            else:
+                with self._calls_lock:
+                    self._orphans.append(call)
 
     def log_report(self, job_info, outcome) -> str:
         """The tail of a failed job's container log, and where the whole log is."""
@@ -547,20 +712,54 @@ class Executor(RemoteExecutor):
             logs = [relative_to_workdir(f, self.workdir) for f in job_info.job.log]
             self.stager.download([*logs, spec["log"]], missing_ok=True)
 
+    def handle_job_error(self, job):
+        """
+        After Snakemake has handled a failed job (removed its outputs, as after any
+        failure): bring home the outputs its container finished and committed (the
+        images of a shard that did not fail: on the volume with the marker of their
+        job's key), so that its retry and the next run compute only the rest.
+        Snakemake calls this after the job's cleanup (``_handle_error`` in
+        ``snakemake/scheduling/job_scheduler.py``: ``postprocess(error=True)``,
+        then ``handle_job_error``).
+        """
+        spec = self._failed.pop(job, None)
+        if spec is None:
+            return
+        try:
+            finished = self.stager.finished(spec.get("members", []))
+            if finished:
+                self.stager.download(finished)
+                self.logger.info(
+                    f"Modal: job {self.get_jobname(job)} failed; {len(finished)} "
+                    "output(s) its container finished are brought home and kept "
+                    "(a retry or the next run computes only the rest)"
+                )
+        except Exception as e:  # the files stay on the volume; a retry reuses them
+            self.logger.warning(
+                f"Modal: the finished outputs of failed job {self.get_jobname(job)} "
+                f"could not be brought home ({type(e).__name__}: {e}); they stay on "
+                "the volume, where a retry reuses them"
+            )
+
     def cancel_jobs(self, active_jobs):
         # Every running call, not only `active_jobs`: Snakemake's list leaves out the
-        # calls being checked at this moment.
+        # calls being checked at this moment; and those whose cancel failed before.
         with self._calls_lock:
-            calls, self._calls = list(self._calls.values()), {}
+            calls = [*self._calls.values(), *self._orphans]
+            self._calls, self._orphans, self._waiting = {}, [], {}
         for call in calls:
-            call.cancel()
+            call.cancel()  # where it fails even so, the app's stop ends it
             self.ledger.add(call.gpu, call.seconds)
 
     def shutdown(self):
         super().shutdown()
+        self.cancel_orphans()
         app = getattr(self, "app", None)
         if app is not None:
             app.stop(warn=self.logger.warning)
+        for call in self._orphans:  # ended by the app's stop
+            self.ledger.add(call.gpu, call.seconds)
+        self._orphans = []
         self.logger.info(self.ledger.summary())
 
 

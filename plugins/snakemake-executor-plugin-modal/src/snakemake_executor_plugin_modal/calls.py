@@ -12,7 +12,7 @@ import re
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from snakemake_interface_common.exceptions import WorkflowError
 
@@ -20,7 +20,9 @@ from .container import run_job
 from .prices import GpuRequest
 
 __all__ = [
+    "MIN_TIMEOUT_S",
     "MOUNT",
+    "Admission",
     "TRANSPORT_GRACE_S",
     "ContainerCall",
     "Ledger",
@@ -29,10 +31,16 @@ __all__ = [
     "raised_in_container",
     "start_error",
     "transport_errors",
+    "unreadable_errors",
 ]
 
 #: Where containers mount the volume.
 MOUNT = "/snakemake-volume"
+#: The shortest timeout a job without a ``runtime`` is started with when its default
+#: timeout is cut to what is left of the budget, seconds.
+MIN_TIMEOUT_S = 60
+#: Times a cancel is tried before the call is left to the next status check.
+CANCEL_ATTEMPTS = 3
 #: Seconds of client-side transport errors (no answer from Modal) after which a call
 #: whose status cannot be read is given up as failed; before that it counts as running.
 TRANSPORT_GRACE_S = 600.0
@@ -65,6 +73,18 @@ def transport_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # the fake backend has no grpclib
         pass
     return tuple(errors)
+
+
+def unreadable_errors() -> tuple[type[BaseException], ...]:
+    """
+    Client-side errors after which a call counts as running for a while (its status
+    could not be read, the call itself is fine): the transport errors
+    (:func:`transport_errors`) and Modal's rate limit, ``ResourceExhaustedError``
+    (gRPC RESOURCE_EXHAUSTED: the workspace sent too many requests).
+    """
+    import modal.exception
+
+    return (*transport_errors(), modal.exception.ResourceExhaustedError)
 
 
 #: How Modal names the frames of a traceback that come from a container: the file name
@@ -263,7 +283,9 @@ class RunApp:
             warn(f"Modal: could not stop the app cleanly ({type(e).__name__}: {e})")
 
 
-def start_error(exc: BaseException, gpus: list | None = None) -> WorkflowError:
+def start_error(
+    exc: BaseException, gpus: list | None = None, doing: str = "start the run's app"
+) -> WorkflowError:
     """
     What went wrong when the run's image was built or its app started, named for what
     it is, as one line a user can act on; nothing was submitted.
@@ -275,6 +297,8 @@ def start_error(exc: BaseException, gpus: list | None = None) -> WorkflowError:
     gpus : list, optional
         The GPU specifications of the app's functions (named when the server rejects
         one).
+    doing : str
+        What the client was doing, for the line of an unreachable Modal.
 
     Returns
     -------
@@ -326,7 +350,7 @@ def start_error(exc: BaseException, gpus: list | None = None) -> WorkflowError:
         )
     if isinstance(exc, transport_errors()):
         return WorkflowError(
-            f"Modal could not be reached to start the run's app ({what}); check the "
+            f"Modal could not be reached to {doing} ({what}); check the "
             f"network and start the run again{tail}"
         )
     return WorkflowError(f"Modal: the run's app could not start ({what}){tail}")
@@ -366,6 +390,8 @@ class ContainerCall:
         self.ended: float | None = None
         #: Whether ``cancel`` reached Modal.
         self.cancelled = False
+        #: The budget that applied when it started (USD, where it comes from).
+        self.budget: tuple[float, str] | None = None
         self._unreachable_since: float | None = None
 
     @property
@@ -383,17 +409,23 @@ class ContainerCall:
         - raised in the container (Modal pickles it there and raises it again here
           with its own class: ``TimeoutError``, ``OSError``, even
           ``modal.exception.ConnectionError``): the job's failure, whatever its class;
-        - ``FunctionTimeoutError`` (the container ran past its timeout),
-          ``OutputExpiredError`` (the result is gone), ``InternalFailure``,
-          ``RemoteError``, ``ExecutionError``: failures;
+        - ``FunctionTimeoutError`` (Modal stopped the container at its timeout),
+          ``OutputExpiredError`` (the call ended, its result is gone): failures;
         - the bare builtin ``TimeoutError()`` that ``_FunctionCall.poll_function``
           raises when no output is there yet (``modal/_functions.py``): running;
-        - a client-side transport error (:func:`transport_errors`): running, reported,
-          for at most ``grace_s`` seconds in a row, then a failure, and the call is
-          cancelled (``FunctionCall.cancel``: a container that still runs would bill
-          and commit beside the retry's); its seconds up to then are what
-          :attr:`seconds` counts;
-        - anything else: a failure.
+        - a client-side transport error or a rate limit (:func:`unreadable_errors`):
+          running, reported, for at most ``grace_s`` seconds in a row, then a
+          failure, and the call is cancelled;
+        - anything else (Modal's ``ExecutionError``, ``InternalFailure``,
+          ``RemoteError``; the client's ``AuthError`` for a token revoked
+          meanwhile, ``NotFoundError``, ``PermissionDeniedError``, ...): a failure,
+          and the call is cancelled.
+
+        A call that may still run is never left running: it is cancelled
+        (``FunctionCall.cancel``, tried again where that fails: :meth:`cancel`)
+        before its failure is returned, since its container would go on billing and
+        committing beside the retry's; its seconds up to then are what
+        :attr:`seconds` counts.
         """
         try:
             result = self.call.get(timeout=0)
@@ -411,17 +443,17 @@ class ContainerCall:
         """The outcome that an exception raised by ``get`` stands for (see poll)."""
         import modal.exception
 
-        if raised_in_container(e):
+        if raised_in_container(e):  # the function ended by raising
             outcome = Outcome(
                 False,
                 f"the container raised {type(e).__name__}: {_first_line(e)}",
                 remote=True,
             )
-        elif isinstance(e, modal.exception.FunctionTimeoutError):
+        elif isinstance(e, modal.exception.FunctionTimeoutError):  # Modal stopped it
             outcome = Outcome(
                 False, f"the container ran past its timeout of {self.timeout_s} s"
             )
-        elif isinstance(e, modal.exception.OutputExpiredError):
+        elif isinstance(e, modal.exception.OutputExpiredError):  # it had ended
             outcome = Outcome(
                 False,
                 "Modal no longer holds the call's result (OutputExpiredError); its "
@@ -430,7 +462,7 @@ class ContainerCall:
         elif type(e) is TimeoutError and not e.args:  # poll_function: no output yet
             self._unreachable_since = None
             return None
-        elif isinstance(e, transport_errors()):
+        elif isinstance(e, unreadable_errors()):
             now = time.monotonic()
             since = self._unreachable_since = self._unreachable_since or now
             if now - since < self.grace_s:
@@ -442,42 +474,76 @@ class ContainerCall:
                 return None
             # it may still run, bill and commit: stopped, so that a retry is the only
             # container writing its files (Modal: the last commit wins)
-            self.cancel()
             outcome = Outcome(
                 False,
                 f"Modal could not be reached for {self.grace_s:.0f} s "
                 f"({type(e).__name__}: {e}); the call is given up and cancelled",
                 given_up=True,
             )
-        else:  # Modal's own verdict: a lost container, an internal failure
+            self.cancel()
+            return outcome
+        else:
+            # Modal's verdict (a lost container, an internal failure) or the client's
+            # own error (a token revoked meanwhile, a call Modal cannot find): the
+            # container may still run, so it is cancelled before the job fails
             outcome = Outcome(
                 False, f"the Modal call failed: {type(e).__name__}: {_first_line(e)}"
             )
+            self.cancel()
+            return outcome
         self.ended = self.ended or time.monotonic()
         return outcome
 
-    def cancel(self) -> None:
+    def cancel(self, attempts: int = CANCEL_ATTEMPTS) -> bool:
         """
-        Stop the container (``FunctionCall.cancel(terminate_containers=True)``); an
-        error doing so is reported, not raised (the app's stop at the run's end stops
-        its containers in any case).
+        Stop the container (``FunctionCall.cancel(terminate_containers=True)``),
+        trying `attempts` times (1, 2, 4, ... s apart); True once Modal took it.
+        A cancel that failed every time is reported, not raised: the call counts as
+        running (its seconds go on counting in :attr:`seconds`) and the executor
+        tries again at every status check, then stops the app at the run's end.
         """
-        try:
-            self.call.cancel(terminate_containers=True)
+        if self.cancelled:
+            return True
+        for attempt in range(attempts):
+            try:
+                self.call.cancel(terminate_containers=True)
+            except Exception as e:
+                error = e
+                if attempt + 1 < attempts:
+                    time.sleep(2.0**attempt)
+                continue
             self.cancelled = True
-        except Exception as e:
-            self.warn(
-                f"Modal call {self.call_id}: cancel failed ({type(e).__name__}: {e}); "
-                "its container may run until the app stops at the end of the run, "
-                "and that time is not counted in the cost"
-            )
-        finally:
             self.ended = self.ended or time.monotonic()
+            return True
+        self.warn(
+            f"Modal call {self.call_id}: cancel failed {attempts} time(s) "
+            f"({type(error).__name__}: {error}); its container may still run and "
+            "bill: counted as running, cancelled again at the next status check"
+        )
+        return False
+
+    def reserved_usd(self, startup_s: float) -> float:
+        """
+        What the budget keeps aside for this call while it runs: its worst case
+        (price x (timeout + `startup_s`)), or what it has cost so far where that is
+        more (a call that waited for a GPU, or could not be cancelled).
+        """
+        if self.gpu is None or math.isnan(self.gpu.usd_per_second):
+            return 0.0
+        worst = self.gpu.usd_per_second * (float(self.timeout_s) + startup_s)
+        return max(worst, self.cost_usd)
 
     @property
     def seconds(self) -> float:
         """Wall-clock seconds from submission to the end (or now), what Modal bills."""
         return (self.ended or time.monotonic()) - self.started
+
+    @property
+    def usd_per_second(self) -> float:
+        """What the call's GPUs cost per second (0 when not priced)."""
+        if self.gpu is None or math.isnan(self.gpu.usd_per_second):
+            return 0.0
+        return self.gpu.usd_per_second
 
     @property
     def cost_usd(self) -> float:
@@ -488,28 +554,69 @@ class ContainerCall:
 
 
 @dataclass
+class Admission:
+    """
+    What the budget guard says of a job about to be submitted (`Ledger.admit`).
+
+    Attributes
+    ----------
+    verdict : str
+        ``"start"`` (spawn it now, with `timeout_s`), ``"wait"`` (its worst case
+        does not fit while other calls run: ask again when one ends) or
+        ``"refuse"`` (it cannot fit even alone).
+    timeout_s : int or None
+        The container's timeout, seconds, for ``"start"``.
+    message : str
+        Why it waits or is refused; for ``"start"``, a note when its timeout was cut
+        to what is left of the budget ("" otherwise).
+    """
+
+    verdict: str
+    timeout_s: int | None = None
+    message: str = ""
+
+
+@dataclass
 class Ledger:
     """
     GPU-seconds and USD spent by the run, and the budget guard.
+
+    The guard holds at every moment, not only at submission: a call is started only
+    if its worst case (its GPUs' price x (its timeout + `startup_s`): Modal stops a
+    container at its timeout, and the start-up before it is billed too) fits in the
+    budget left once the finished calls are paid and every running call's worst
+    case is put aside (`Ledger.admit`); and the executor cancels every call when
+    what is spent, running calls included, reaches the budget
+    (`Ledger.spent_line`). Only GPU seconds are priced
+    (:data:`~snakemake_executor_plugin_modal.prices.PRICES_USD_PER_S`); a
+    container's CPU and memory are not.
 
     Attributes
     ----------
     max_cost_usd : float or None
         Budget; None: no limit.
+    startup_s : float
+        Seconds of a container's life reserved beyond its timeout (image load,
+        imports, the status check that sees its end).
     gpu_seconds : float
         GPU-seconds spent by finished calls (seconds x GPUs).
     cost_usd : float
-        Their price (:data:`~snakemake_executor_plugin_modal.prices.PRICES_USD_PER_S`).
+        Their price.
+    exhausted : str or None
+        Once the budget was reached: the line that said so (every later job is
+        refused with it).
     """
 
     max_cost_usd: float | None = None
+    startup_s: float = 120.0
     gpu_seconds: float = 0.0
     cost_usd: float = 0.0
-    _call_seconds: list = field(default_factory=list)
+    exhausted: str | None = None
+    _calls: int = 0
 
     def add(self, gpu: GpuRequest | None, seconds: float) -> None:
         """Record a finished call of ``seconds`` wall-clock on ``gpu``."""
-        self._call_seconds.append(seconds)
+        self._calls += 1
         if gpu is None:
             return
         self.gpu_seconds += gpu.count * seconds
@@ -517,53 +624,140 @@ class Ledger:
         if not math.isnan(price):
             self.cost_usd += price * seconds
 
-    def expected_cost(self, gpu: GpuRequest | None, runtime_s: float | None) -> float:
+    def worst_case(self, gpu: GpuRequest | None, timeout_s: float) -> float:
         """
-        Expected USD of the next call: its ``runtime`` resource if set, else the mean
-        wall-clock of the finished calls (0 before any has finished).
+        The most USD one call can cost: price x (timeout + `startup_s`); 0 for a
+        CPU container or a GPU type without a price.
         """
         if gpu is None or math.isnan(gpu.usd_per_second):
             return 0.0
-        if runtime_s is None:
-            calls = self._call_seconds
-            runtime_s = sum(calls) / len(calls) if calls else 0.0
-        return gpu.usd_per_second * runtime_s
+        return gpu.usd_per_second * (float(timeout_s) + self.startup_s)
+
+    def budget_of(self, budget: tuple[float, str] | None) -> tuple[float, str] | None:
+        """`budget` (USD, where it comes from), else `max_cost_usd`, else None."""
+        if budget is None and self.max_cost_usd is not None:
+            budget = (float(self.max_cost_usd), "--modal-max-cost-usd")
+        return budget
+
+    def admit(
+        self,
+        gpu: GpuRequest | None,
+        timeout_s: float,
+        budget: tuple[float, str] | None = None,
+        reserved_usd: float = 0.0,
+        running: int = 0,
+        may_cut: bool = False,
+    ) -> Admission:
+        """
+        Whether a job may start now, and with which timeout.
+
+        Parameters
+        ----------
+        gpu : GpuRequest or None
+            Its GPUs (the most expensive type of a fallback list).
+        timeout_s : float
+            The timeout it asks for, seconds (its ``runtime``, else the default).
+        budget : (float, str) or None
+            The budget that applies (USD, and where it comes from:
+            ``"--modal-max-cost-usd"`` or ``"resource modal_max_cost_usd"``); None:
+            `max_cost_usd`.
+        reserved_usd : float
+            The running calls' worst cases (each at least what it has cost so far).
+        running : int
+            How many calls run.
+        may_cut : bool
+            The timeout is only a default (the job has no ``runtime``): when
+            nothing else runs, it may be cut to what is left of the budget (no
+            shorter than `MIN_TIMEOUT_S`).
+
+        Returns
+        -------
+        Admission
+            ``start`` if spent + reserved + the job's worst case <= the budget;
+            else ``wait`` while calls run; else ``start`` with a cut timeout (if
+            `may_cut`) or ``refuse``.
+        """
+        timeout_s = int(timeout_s)
+        budget = self.budget_of(budget)
+        if budget is None or gpu is None or math.isnan(gpu.usd_per_second):
+            return Admission("start", timeout_s)
+        limit, source = budget
+        if self.exhausted is not None:
+            return Admission("refuse", message=self.exhausted)
+        price = gpu.usd_per_second
+        left = limit - self.cost_usd - reserved_usd
+        need = self.worst_case(gpu, timeout_s)
+        if need <= left:
+            return Admission("start", timeout_s)
+        sep = " " if source.startswith("--") else "="
+        worst = (
+            f"its worst case, {price:.6g} USD/s x ({timeout_s} s of timeout + "
+            f"{self.startup_s:g} s of start-up) = {need:.2f} USD"
+        )
+        if running:
+            return Admission(
+                "wait",
+                message=f"{source}{sep}{limit:g}: {worst}, does not fit in the "
+                f"{max(left, 0):.2f} USD left while {running} call(s) run (spent "
+                f"{self.cost_usd:.2f} USD, {reserved_usd:.2f} USD held for the "
+                "running calls); it starts when one ends",
+            )
+        cut = math.floor(left / price - self.startup_s) if left > 0 else 0
+        if may_cut and cut >= MIN_TIMEOUT_S:
+            return Admission(
+                "start",
+                cut,
+                f"{source}{sep}{limit:g}: timeout cut from {timeout_s} s to {cut} s, "
+                f"what is left of the budget ({left:.2f} USD at {price:.6g} USD/s)",
+            )
+        spent = self.cost_usd + reserved_usd
+        return Admission(
+            "refuse",
+            message=f"{source}{sep}{limit:g}: {spent:.2f} USD spent, the next job "
+            f"could bring it to {spent + need:.2f} USD ({worst}); not submitting it "
+            "(raise the limit to go on; finished outputs are kept)",
+        )
 
     def refusal(
         self,
         gpu: GpuRequest | None,
-        runtime_s: float | None,
-        running_usd: float = 0.0,
+        timeout_s: float,
+        reserved_usd: float = 0.0,
         budget: tuple[float, str] | None = None,
     ) -> str | None:
         """
-        Why the next job must not be submitted, or None if it may.
-
-        The rule: spent by finished calls + spent so far by running calls
-        (`running_usd`) + expected cost of the next job > the budget: `budget`
-        (USD, and where it comes from: ``"--modal-max-cost-usd"`` or ``"resource
-        modal_max_cost_usd"``) if given, else ``max_cost_usd``.
+        Why a job of this fixed timeout (its ``runtime``) could not start even with
+        nothing else running, or None if it could (`admit`).
         """
-        if budget is None and self.max_cost_usd is not None:
-            budget = (self.max_cost_usd, "--modal-max-cost-usd")
-        if budget is None:
+        admission = self.admit(gpu, timeout_s, budget, reserved_usd, running=0)
+        return admission.message if admission.verdict == "refuse" else None
+
+    def spent_line(
+        self, running_usd: float, limit: tuple[float, str] | None
+    ) -> str | None:
+        """
+        The line that stops the run once what is spent, the running calls' cost so
+        far included (`running_usd`), has reached the budget; None before. Sets
+        `exhausted`.
+        """
+        limit = self.budget_of(limit)
+        if limit is None:
             return None
-        limit, source = budget
+        usd, source = limit
         spent = self.cost_usd + running_usd
-        expected = self.expected_cost(gpu, runtime_s)
-        if spent + expected > limit:
-            sep = " " if source.startswith("--") else "="
-            return (
-                f"{source}{sep}{limit:g}: {spent:.2f} USD "
-                f"spent, the next job would bring it to about "
-                f"{spent + expected:.2f} USD; not submitting it (raise the "
-                "limit to go on; finished outputs are kept)"
-            )
-        return None
+        if spent < usd:
+            return None
+        sep = " " if source.startswith("--") else "="
+        self.exhausted = (
+            f"{source}{sep}{usd:g}: {spent:.2f} USD spent, running calls included; "
+            "the budget is reached: every call is cancelled and no job is submitted "
+            "(raise the limit to go on; finished outputs are kept)"
+        )
+        return self.exhausted
 
     def summary(self) -> str:
         """One line: GPU-seconds and USD spent."""
         return (
-            f"Modal: {len(self._call_seconds)} container(s), "
+            f"Modal: {self._calls} container(s), "
             f"{self.gpu_seconds:,.0f} GPU-seconds, {self.cost_usd:.2f} USD spent"
         )

@@ -89,6 +89,12 @@ def run_job(spec: dict) -> dict:
     import modal
 
     volume = modal.Volume.from_name(spec["volume"])
+    # The container mounts the volume as committed when it started, which may be
+    # before this job's inputs were uploaded (Modal can hand an input to a
+    # container started earlier): the latest committed state first ("Make latest
+    # committed state of volume available in the running container":
+    # ``_Volume.reload``, modal/volume.py; nothing is open on the volume yet).
+    volume.reload()
     root = Path(spec["mount"]) / spec["prefix"]
     work = Path(tempfile.mkdtemp(prefix="snakemake-job-"))
     for rel in spec["stage"]:
@@ -150,13 +156,19 @@ def run_job(spec: dict) -> dict:
 
     syncer = threading.Thread(target=sync_periodically, daemon=True)
     syncer.start()
+    # The command goes to the shell in a file, not as `sh -c` text: one argument is
+    # capped at 128 KiB (MAX_ARG_STRLEN) and a shard's targets (thousands of
+    # `--target-jobs` entries) are longer; the shell then starts Snakemake with each
+    # target as its own argument.
+    script = work / ".snakemake" / "modal" / "command.sh"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(command + "\n")
     with open(log, "wb") as out:
         if reused:
             out.write(f"reused from the volume: {' '.join(reused)}\n".encode())
             out.flush()
         proc = subprocess.Popen(
-            command,
-            shell=True,
+            ["/bin/sh", str(script)],
             cwd=work,
             env=env,
             stdout=subprocess.PIPE,

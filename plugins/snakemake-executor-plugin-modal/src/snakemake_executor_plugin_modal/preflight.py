@@ -200,7 +200,9 @@ def job_problems(executor, jobs, workdir: Path) -> list[str]:
                 continue
         runtime = job.resources.get("runtime")
         if budget is not None and isinstance(runtime, (int, float)) and runtime > 0:
-            refusal = Ledger().refusal(gpu, float(runtime) * 60, 0.0, budget)
+            startup = getattr(executor.settings, "startup_seconds", 120)
+            ledger = Ledger(startup_s=float(startup))
+            refusal = ledger.refusal(gpu, float(runtime) * 60, 0.0, budget)
             if refusal:
                 add("budget", rule, f"job {rule}: {refusal}")
     return problems

@@ -167,6 +167,35 @@ class VolumeStager:
                 self._upload([])
         return gone
 
+    def finished(self, members: list[dict]) -> list[str]:
+        """
+        The outputs of a job's members that are on the volume with the marker of
+        their member's key (``<prefix>/.snakemake/modal/done/<file>@<key>``: written
+        by the container once the file was finished and committed); a member counts
+        only with all its outputs there.
+
+        Parameters
+        ----------
+        members : list of dict
+            ``outputs`` (paths relative to the working directory) and ``key``, as in
+            the job's spec.
+
+        Returns
+        -------
+        list of str
+            Paths relative to the working directory, sorted.
+        """
+        files = self.files()
+        done = []
+        for member in members:
+            outputs = member.get("outputs") or []
+            if outputs and all(
+                rel in files and f"{DONE}/{rel}@{member['key']}" in files
+                for rel in outputs
+            ):
+                done += outputs
+        return sorted(done)
+
     def content_hash(self, rel: str) -> str:
         """
         SHA-256 (hex) of a local file's content; for a folder, of its files' relative

@@ -38,8 +38,11 @@ only if its ``PYTHONPATH`` names ``/root``.
 
 Mount remapping. A local process cannot mount at ``/some/mount``, so for
 ``volumes={"/some/mount": vol}`` each container gets a view folder
-``containers/<id>/mounts/<n>`` (a copy of the volume's committed files at spawn
-time), and every string argument - positional, keyword, or nested in dict
+``containers/<id>/mounts/<n>`` (a copy of the volume's committed files when the
+container started, which is *before* its input: each app keeps a container started
+ahead, its view taken when the app started or at the previous spawn, so that what
+the client uploads or commits after that is not in the view until the container calls
+``Volume.reload()``), and every string argument - positional, keyword, or nested in dict
 values/lists - that equals the mount path or starts with mount path + "/" is
 rewritten to the view folder; the same is done for the container's extra env var
 values. Strings in the return value that point into a view folder are mapped back to
@@ -51,7 +54,9 @@ created/changed/deleted in the view since spawn (or the last commit/reload) into
 committed folder, and whose ``reload()`` pulls other commits into the view without
 touching files changed locally. As Modal does, the view is committed when the
 function ends (returns or raises: ``volume_commit`` in
-``modal/_runtime/user_code_imports.py``), not when the container is killed. Clients see
+``modal/_runtime/user_code_imports.py``), not when the container is killed, and in the
+background every ``FAKE_MODAL_BACKGROUND_COMMIT_S`` seconds (default 2; 0: off) while
+the function runs (volumes are mounted with ``allow_background_commits``). Clients see
 committed files only.
 
 Calls. ``FunctionCall.get`` returns the JSON value; an exception raised in the
@@ -62,7 +67,12 @@ running longer than ``timeout`` is killed (``FunctionTimeoutError``); ``cancel()
 and leaving
 ``app.run()`` kill the process group, and a container that dies without a result
 gives ``ExecutionError``. When a container's main process ends, whatever else is left
-in its process group is killed (container teardown).
+in its process group is killed (container teardown). A container outlives the client
+that spawned it unless it is cancelled or its app stopped (``fake_running()`` lists
+those still running, ``fake_kill_all()`` ends them: the tests' fixture does).
+Records: ``cancels.jsonl`` (each ``cancel()`` that reached the "server",
+``fake_cancels()``) and ``billing.jsonl`` (each container's life from its start to
+its end, what Modal bills, ``fake_bill()``).
 
 Fault injection (read by the client at spawn time):
 ``FAKE_MODAL_PREEMPT_AFTER_S=<seconds>`` with ``FAKE_MODAL_PREEMPT_ONCE_FILE=<path>``:
@@ -85,9 +95,18 @@ raised in the container, which ``get`` raises again with its class).
 process raise ``modal.exception.ConnectionError`` when they end, none of their files
 put (a block's upload failed).
 ``FAKE_MODAL_TOKEN_REJECTED=1``: the server refuses the token (``AuthError`` at the
-first request: an image build, an app's start).
+first request: a volume's listing or upload, an image build, an app's start).
 ``FAKE_MODAL_SPAWN_ERRORS=<n>``: the first n ``Function.spawn`` of the client process
 raise ``modal.exception.ConnectionError`` (nothing started).
+``FAKE_MODAL_GET_RAISES=<class>[:<n>]``: the first n ``get`` of each call (every one
+without n) raise ``modal.exception.<class>`` (``AuthError``, ``ResourceExhaustedError``,
+...): the server refused the client's request, the call goes on.
+``FAKE_MODAL_CANCEL_ERRORS=<n>``: the first n ``cancel()`` of each call raise
+``ConnectionError`` and cancel nothing.
+``FAKE_MODAL_SPAWN_LOST_REPLIES=<n>``: the first n spawns start their container, then
+raise ``ConnectionError`` (the reply was lost: the client has no call id).
+``FAKE_MODAL_START_DELAY_S=<s>``: each container takes s seconds to start (billed;
+its timeout counts after it).
 ``FAKE_MODAL_OUTPUT_EXPIRED=1``: ``get`` of a finished call raises
 ``OutputExpiredError`` (a subclass of ``modal.exception.TimeoutError``).
 ``FAKE_MODAL_BUILD_FAIL=<text>``: starting an app fails with ``ImageBuildError``
@@ -104,7 +123,6 @@ apps.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import importlib.util
 import json
@@ -135,7 +153,7 @@ from .exception import (
     NotFoundError,
     OutputExpiredError,
 )
-from .volume import FileEntry, FileEntryType, Volume, _make_view
+from .volume import FileEntry, FileEntryType, Volume, _make_view, _move_view
 
 __version__ = "1.6.4-fake"
 
@@ -147,7 +165,7 @@ _OUTPUT = {"enabled": False}
 
 
 @contextmanager
-def enable_output(*args: Any, **kwargs: Any) -> Iterator[None]:
+def enable_output() -> Iterator[None]:
     """
     Like ``modal.enable_output()`` (``modal/output.py``): meanwhile, image builds
     print their steps (objects print their own output: ``_Image._load``,
@@ -204,7 +222,9 @@ class Image:
         return Image(self.steps + [step], self.python_version)
 
     @staticmethod
-    def debian_slim(python_version: str | None = None, **_ignored: Any) -> Image:
+    def debian_slim(
+        python_version: str | None = None, force_build: bool = False
+    ) -> Image:
         """Base image; ``python_version`` is recorded only.
 
         (The container uses the client's Python.)
@@ -220,13 +240,33 @@ class Image:
             [{"op": "debian_slim", "python_version": python_version}], python_version
         )
 
-    def pip_install(self, *packages: str | list[str], **_ignored: Any) -> Image:
+    def pip_install(
+        self,
+        *packages: str | list[str],
+        find_links: str | None = None,
+        index_url: str | None = None,
+        extra_index_url: str | None = None,
+        pre: bool = False,
+        extra_options: str = "",
+        force_build: bool = False,
+        env: dict | None = None,
+        secrets: list | None = None,
+        gpu: str | None = None,
+    ) -> Image:
         flat: list[str] = []
         for p in packages:
             flat.extend([p] if isinstance(p, str) else list(p))
         return self._with({"op": "pip_install", "packages": flat})
 
-    def run_commands(self, *commands: str | list[str], **_ignored: Any) -> Image:
+    def run_commands(
+        self,
+        *commands: str | list[str],
+        env: dict | None = None,
+        secrets: list | None = None,
+        volumes: dict | None = None,
+        gpu: str | None = None,
+        force_build: bool = False,
+    ) -> Image:
         """Record build commands (the fake builds nothing)."""
         flat: list[str] = []
         for c in commands:
@@ -234,7 +274,7 @@ class Image:
         return self._with({"op": "run_commands", "commands": flat})
 
     def add_local_python_source(
-        self, *modules: str, copy: bool = False, **_ignored: Any
+        self, *modules: str, copy: bool = False, ignore: Any = None
     ) -> Image:
         return self._with(
             {"op": "add_local_python_source", "modules": list(modules), "copy": copy}
@@ -354,6 +394,9 @@ class _AppRun:
             _check_gpu(function._opts["gpu"])
         self._app._build_images()
         self._app._running = True
+        self._app._start_views_ahead(
+            v for f in self._app._functions for v in f._opts["volumes"].values()
+        )
         if streaming:  # get_app_logs_loop: every container's output, until the stop
             self._app._logs_thread = threading.Thread(
                 target=self._app._stream_logs, daemon=True
@@ -372,15 +415,58 @@ class App:
     """
 
     def __init__(
-        self, name: str | None = None, *, image: Image | None = None, **_ignored: Any
+        self,
+        name: str | None = None,
+        *,
+        tags: dict[str, str] | None = None,
+        image: Image | None = None,
+        secrets: list | None = None,
+        volumes: dict | None = None,
+        include_source: bool = True,
     ):
         self.name = name
         self._image = image
         self._running = False
         self._calls: list[FunctionCall] = []
         self._functions: list[Function] = []
-        self.app_id = "ap-fake" + uuid.uuid4().hex[:12]
+        self._app_id = "ap-fake" + uuid.uuid4().hex[:12]
         self._logs_thread: threading.Thread | None = None
+        #: volume name -> the view of the container started ahead for the next input
+        self._ahead: dict[str, Path] = {}
+
+    @property
+    def app_id(self) -> str:
+        """The running app's id (``ap-...``), as ``_App.app_id``."""
+        return self._app_id
+
+    def _start_views_ahead(self, volumes) -> None:
+        """
+        Start the container of the next input now, before that input exists: its
+        view of each volume is the volume as committed at this moment, and stays so
+        until the container calls ``Volume.reload()`` ("Make latest committed state
+        of volume available in the running container": ``_Volume.reload``,
+        ``modal/volume.py``; a container mounts the volume as committed when it
+        starts). Modal's scheduler may hand an input to a container started earlier
+        (for another input, or ahead of demand), so the fake always does: whatever
+        the client commits or uploads after this moment is not in the next
+        container's view until it reloads.
+        """
+        for vol in volumes:
+            if vol.name in self._ahead:
+                continue
+            view = fake_root() / "ahead" / f"{self.app_id}-{uuid.uuid4().hex[:8]}"
+            view.parent.mkdir(parents=True, exist_ok=True)
+            _make_view(vol, view)
+            self._ahead[vol.name] = view
+
+    def _take_view_ahead(self, vol: Volume, view: Path) -> None:
+        """The next container's view of `vol` (see `_start_views_ahead`), moved to
+        `view`; a fresh one where none was started."""
+        ahead = self._ahead.pop(vol.name, None)
+        if ahead is None:
+            _make_view(vol, view)
+            return
+        _move_view(ahead, view)
 
     def _stream_logs(self) -> None:
         """
@@ -478,7 +564,15 @@ class App:
 
         return decorator
 
-    def run(self, **_ignored: Any) -> _AppRun:
+    def run(
+        self,
+        *,
+        name: str | None = None,
+        client: Any = None,
+        detach: bool = False,
+        interactive: bool = False,
+        environment_name: str | None = None,
+    ) -> _AppRun:
         """Context manager running the app; leaving it kills calls still running."""
         return _AppRun(self)
 
@@ -512,10 +606,17 @@ class Function:
         cpu: float | None = None,
         memory: int | None = None,
         gpu: str | None = None,
+        env: dict | None = None,
         secrets: list[Secret] | None = None,
+        volumes: dict | None = None,
         retries: Any = None,
+        max_containers: int | None = None,
+        buffer_containers: int | None = None,
+        scaledown_window: int | None = None,
         timeout: int | None = None,
-        **_ignored: Any,
+        region: Any = None,
+        cloud: str | None = None,
+        routing_region: str | None = None,
     ) -> Function:
         """
         The same function with other resources. As Modal 1.6, ``gpu`` is one string
@@ -580,7 +681,7 @@ class Function:
         views: list[tuple[Volume, Path]] = []
         for n, (mount, vol) in enumerate(opts["volumes"].items()):
             view = cdir / "mounts" / str(n)
-            _make_view(vol, view)
+            self.app._take_view_ahead(vol, view)
             views.append((vol, view))
             mapping.append((mount, str(view)))
             mounts[vol.name] = str(view)
@@ -608,7 +709,12 @@ class Function:
             "MODAL_TASK_ID": "ta-fake-" + call_id[3:15],
         }
         env.update({k: _remap(str(v), mapping) for k, v in extra_env.items()})
-        for fault in ("FAKE_MODAL_COMMIT_ERROR", "FAKE_MODAL_COMMIT_ERROR_AFTER"):
+        for fault in (
+            "FAKE_MODAL_COMMIT_ERROR",
+            "FAKE_MODAL_COMMIT_ERROR_AFTER",
+            "FAKE_MODAL_BACKGROUND_COMMIT_S",
+            "FAKE_MODAL_START_DELAY_S",
+        ):
             if os.environ.get(fault):  # fault injection, read in the container
                 env[fault] = os.environ[fault]
 
@@ -662,17 +768,31 @@ class Function:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            atomic_write(str(proc.pid).encode(), cdir / "pid")
             return proc, log
 
         call = FunctionCall(
-            call_id, launch, cdir, mapping, opts["timeout"], _preempt_after()
+            call_id, launch, cdir, mapping, opts["timeout"], _preempt_after(), opts
         )
         self.app._calls.append(call)
+        self.app._start_views_ahead(opts["volumes"].values())
+        if _SPAWN_LOST_REPLIES["left"] is None:
+            _SPAWN_LOST_REPLIES["left"] = int(
+                os.environ.get("FAKE_MODAL_SPAWN_LOST_REPLIES", "0") or 0
+            )
+        if _SPAWN_LOST_REPLIES["left"] > 0:  # fault injection: started, reply lost
+            _SPAWN_LOST_REPLIES["left"] -= 1
+            raise ConnectionError(
+                "Deadline exceeded (fake: the call started, its reply was lost)"
+            )
         return call
 
 
 #: Spawns left to fail (``FAKE_MODAL_SPAWN_ERRORS``), read at the first spawn.
 _SPAWN_ERRORS: dict[str, int | None] = {"left": None}
+#: Spawns left whose reply is lost (``FAKE_MODAL_SPAWN_LOST_REPLIES``): the call runs,
+#: the client sees a ``ConnectionError`` and never learns its id.
+_SPAWN_LOST_REPLIES: dict[str, int | None] = {"left": None}
 
 
 def _local_sources(
@@ -765,13 +885,17 @@ _ALL_CALLS: dict[str, FunctionCall] = {}
 class FunctionCall:
     """Handle of a spawned call; ``get`` waits for its result."""
 
-    def __init__(self, call_id, launch, cdir, mapping, timeout, preempt_after):
+    def __init__(self, call_id, launch, cdir, mapping, timeout, preempt_after, opts):
         self._id = call_id
         self._launch = launch
+        self._gpu = opts.get("gpu")
         self._proc, self._log = launch(False)
+        self._container_started = time.time()
         self._cdir: Path = cdir
         self.restarts = 0
         self._get_errors = int(os.environ.get("FAKE_MODAL_GET_ERRORS", "0") or 0)
+        self._get_raises = _client_error_fault("FAKE_MODAL_GET_RAISES")
+        self._cancel_errors = int(os.environ.get("FAKE_MODAL_CANCEL_ERRORS", "0") or 0)
         self._expired = os.environ.get("FAKE_MODAL_OUTPUT_EXPIRED") == "1"
         self._unmap = [(view, mount) for mount, view in mapping]
         self._timeout = timeout
@@ -780,7 +904,9 @@ class FunctionCall:
         self._reason: str | None = None  # why the fake killed it
         self._preempted_once = False  # fault injection: at most one preemption
         self._done = threading.Event()
-        self._timers = [threading.Timer(timeout, self._kill, ("timeout",))]
+        # the timeout counts from the function's start, after the container's
+        delay = float(os.environ.get("FAKE_MODAL_START_DELAY_S", "0") or 0)
+        self._timers = [threading.Timer(timeout + delay, self._kill, ("timeout",))]
         if preempt_after is not None:
             self._timers.append(
                 threading.Timer(preempt_after, self._kill, ("preempted",))
@@ -830,6 +956,7 @@ class FunctionCall:
                 pass
             self._proc.wait()
             self._log.close()
+            self._bill()
             if not preempted:
                 break
             # Modal reschedules a preempted input: the same call, the same input,
@@ -839,6 +966,7 @@ class FunctionCall:
                     break
                 (self._cdir / "result.json").unlink(missing_ok=True)
                 self._proc, self._log = self._launch(True)
+                self._container_started = time.time()
                 self._exited, self._reason = False, None
                 self.restarts += 1
                 with locked("calls"), open(fake_root() / "restarts.jsonl", "a") as fh:
@@ -874,11 +1002,36 @@ class FunctionCall:
             except OSError:
                 pass
 
+    def _bill(self) -> None:
+        """
+        Record what Modal bills for the container that just ended: from its start to
+        its end, whether or not anyone polls it (``billing.jsonl``: call id, GPU,
+        start and end, epoch seconds; see `fake_bill`).
+        """
+        record = {
+            "call_id": self._id,
+            "gpu": self._gpu,
+            "start": self._container_started,
+            "end": time.time(),
+        }
+        with locked("calls"), open(fake_root() / "billing.jsonl", "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
     def cancel(self, terminate_containers: bool = False) -> None:
-        """Kill the container; a later ``get`` raises ``ExecutionError`` (cancelled)."""
+        """
+        Kill the container; a later ``get`` raises ``ExecutionError`` (cancelled).
+        ``FAKE_MODAL_CANCEL_ERRORS=<n>``: the first n cancels of each call raise
+        ``modal.exception.ConnectionError`` and cancel nothing (the request was lost).
+        Each cancel that reaches the "server" is a line of ``cancels.jsonl``.
+        """
+        if self._cancel_errors > 0:
+            self._cancel_errors -= 1
+            raise ConnectionError("Deadline exceeded (fake: the cancel was lost)")
+        with locked("calls"), open(fake_root() / "cancels.jsonl", "a") as fh:
+            fh.write(json.dumps({"call_id": self._id, "at": time.time()}) + "\n")
         self._kill("cancelled")
 
-    def get(self, timeout: float | None = None) -> Any:
+    def get(self, timeout: float | None = None, *, index: int = 0) -> Any:
         """Wait at most ``timeout`` seconds (None: forever); return the result.
 
         Raises if the call failed.
@@ -886,6 +1039,13 @@ class FunctionCall:
         if self._get_errors > 0:  # fault injection: the client's connection drops
             self._get_errors -= 1
             raise ConnectionError("Deadline exceeded (fake transport error)")
+        if self._get_raises is not None and self._get_raises[1] != 0:
+            # fault injection: the server refuses the client's request (a rate
+            # limit, a token revoked meanwhile): raised by the client, the call
+            # goes on running
+            kind, left = self._get_raises
+            self._get_raises = (kind, left - 1)
+            raise getattr(exception, kind)(f"fake: the server refused get() ({kind})")
         if not self._done.wait(timeout):
             # real Modal 1.x raises Python's TimeoutError here, bare (``raise
             # TimeoutError()`` in _FunctionCall.poll_function, modal/_functions.py),
@@ -944,14 +1104,64 @@ def _remote_exception(result: dict) -> BaseException:
     return exc
 
 
-@atexit.register
-def _kill_all_at_exit() -> None:
-    """Stop containers still running when the client exits.
-
-    (Ephemeral apps die with it.)
+def _client_error_fault(name: str) -> tuple[str, int] | None:
     """
-    for call in list(_ALL_CALLS.values()):
-        call._kill("app_stopped")
+    ``<name>=<class>[:<n>]`` (e.g. ``ResourceExhaustedError:2``): a client error of
+    ``modal.exception`` raised by the first n requests (every one without n); None
+    when unset.
+    """
+    value = os.environ.get(name)
+    if not value:
+        return None
+    kind, _, n = value.partition(":")
+    if not isinstance(getattr(exception, kind, None), type):
+        raise ValueError(f"{name}={value!r}: no modal.exception.{kind}")
+    return kind, int(n) if n else -1
+
+
+def fake_bill() -> list[dict]:
+    """
+    Test helper: what the fake Modal billed, one record per container that ended
+    (``call_id``, ``gpu``, ``start``, ``end``: epoch seconds), from
+    ``$FAKE_MODAL_DIR/billing.jsonl``.
+    """
+    path = fake_root() / "billing.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def fake_cancels() -> list[str]:
+    """Test helper: the call ids whose ``cancel()`` reached the fake server."""
+    path = fake_root() / "cancels.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line)["call_id"] for line in path.read_text().splitlines()]
+
+
+def fake_running() -> list[str]:
+    """
+    Test helper: the call ids whose container still runs, in any process (from
+    each container's ``pid`` file; a container outlives the client that spawned it
+    until it ends, is cancelled, or its app is stopped).
+    """
+    running = []
+    for pid_file in sorted((fake_root() / "containers").glob("*/pid")):
+        try:
+            os.killpg(int(pid_file.read_text()), 0)
+        except (OSError, ValueError):
+            continue
+        running.append(pid_file.parent.name)
+    return running
+
+
+def fake_kill_all() -> None:
+    """Test helper: kill every container still running (a test's cleanup)."""
+    for pid_file in (fake_root() / "containers").glob("*/pid"):
+        try:
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
 
 
 __all__ = [
@@ -965,6 +1175,10 @@ __all__ = [
     "Volume",
     "enable_output",
     "exception",
+    "fake_bill",
     "fake_calls",
+    "fake_cancels",
+    "fake_kill_all",
+    "fake_running",
     "is_local",
 ]

@@ -80,6 +80,37 @@ class AuthError(Error):
     """Missing or invalid credentials (a wrong, revoked or expired token)."""
 
 
+# The server's gRPC statuses the client raises as errors of their own
+# (``_GRPCErrorWrapper`` subclasses in ``modal/exception.py``, Modal 1.6): raised by
+# the client, not in a container, and no verdict on a call that is running.
+class ResourceExhaustedError(Error):
+    """A rate limit or quota of the workspace was hit (gRPC RESOURCE_EXHAUSTED)."""
+
+
+class PermissionDeniedError(Error):
+    """The token may not do this (gRPC PERMISSION_DENIED)."""
+
+
+class AlreadyExistsError(Error):
+    """The object exists already (gRPC ALREADY_EXISTS)."""
+
+
+class ConflictError(InvalidError):
+    """A conflicting change (gRPC ABORTED); an ``InvalidError`` as in Modal 1.6."""
+
+
+class DataLossError(Error):
+    """Data was lost on the server (gRPC DATA_LOSS)."""
+
+
+class UnimplementedError(Error):
+    """The server does not offer this (gRPC UNIMPLEMENTED)."""
+
+
+class ClientClosed(Error):
+    """The client was closed (``modal/exception.py``)."""
+
+
 class InternalFailure(Error):
     """The call failed inside Modal (``GENERIC_STATUS_INTERNAL_FAILURE``)."""
 

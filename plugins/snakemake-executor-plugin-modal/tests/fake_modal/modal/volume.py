@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ._common import atomic_copy, atomic_write, fake_root, locked, scan
-from .exception import InvalidError, NotFoundError, _PathNotFoundError
+from .exception import AuthError, InvalidError, NotFoundError, _PathNotFoundError
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,64}$")
 _CHUNK = 1 << 20
@@ -92,7 +92,9 @@ class Volume:
         *,
         environment_name: str | None = None,
         create_if_missing: bool = False,
-        **_ignored,
+        version: Any = None,
+        create_options: Any = None,
+        client: Any = None,
     ) -> Volume:
         """Reference volume ``name``, lazily as Modal 1.6 does (``_Volume.from_name``
         in ``modal/volume.py`` only builds a loader): a volume that does not exist
@@ -112,6 +114,9 @@ class Volume:
     # -- committed-store helpers -----------------------------------------------
     @property
     def _committed(self) -> Path:
+        if self._view is None and os.environ.get("FAKE_MODAL_TOKEN_REJECTED") == "1":
+            # the client's first request to the server: a refused token fails here
+            raise AuthError("Token ID is malformed or invalid (fake: token rejected)")
         folder = _volume_dir(self.name)
         if not folder.is_dir():
             if not getattr(self, "_create_if_missing", False):
@@ -402,6 +407,13 @@ def _make_view(volume: Volume, view: Path) -> None:
     with locked(f"volume-{volume.name}"):
         shutil.copytree(volume._committed, view, symlinks=True)
     _save_baseline(view, scan(view))
+
+
+def _move_view(src: Path, dst: Path) -> None:
+    """Move a container view (and its baseline) to another folder."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(src), str(dst))
+    shutil.move(str(_baseline_file(src)), str(_baseline_file(dst)))
 
 
 __all__ = ["FileEntry", "FileEntryType", "Volume", "VolumeUploadContextManager"]

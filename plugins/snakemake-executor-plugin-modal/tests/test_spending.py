@@ -1,0 +1,254 @@
+"""
+How a run on Modal ends, refuses and bills: the budget at every moment, a container
+that started before its inputs were uploaded, client errors that leave no container
+running, a failed shard's finished files, and a shard of 10,000 images.
+"""
+
+from __future__ import annotations
+
+from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
+
+from .helpers import run_snakemake
+from .test_failures import SHARD, SLOW, calls, counts
+
+HANG = """
+rule all:
+    input: "a.txt", "b.txt"
+
+rule slow:
+    output: "{x}.txt"
+    log: "{x}.log"
+    resources: gpu=1
+    shell: "echo started > {log}; sleep {config[sleep]}; echo done > {output}"
+"""
+
+
+def spent(text: str) -> float:
+    """The USD of the run's last line ("Modal: N container(s), ..., X USD spent")."""
+    line = [x for x in text.splitlines() if "USD spent" in x and "container(s)" in x]
+    return float(line[-1].split(", ")[-1].split()[0])
+
+
+def test_a_hanging_shard_is_cancelled_when_the_budget_is_reached(fake_modal, tmp_path):
+    """
+    Two shards that hang, a budget of 30 s of one T4 (30 x 0.000164 = 0.00492 USD):
+    the first starts with its 30 s timeout (its worst case fits exactly, with no
+    start-up allowance), the second waits (nothing left beside the first's worst
+    case); the first's container takes 5 s to start (billed, before its timeout
+    counts), so the spending reaches the budget before Modal's timeout: every call is
+    cancelled with one line, the waiting job refused. Neither the ledger nor what the
+    fake Modal billed passes the budget.
+    """
+    budget = 30 * PRICES_USD_PER_S["T4"]
+    result = run_snakemake(
+        tmp_path,
+        HANG,
+        "--config",
+        "sleep=600",
+        "--modal-timeout",
+        "30",
+        "--modal-startup-seconds",
+        "0",
+        "--modal-max-cost-usd",
+        f"{budget:.5f}",
+        env={"FAKE_MODAL_START_DELAY_S": "5"},
+        timeout=120,
+    )
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert len(calls(fake_modal)) == 1, text[-3000:]  # the second never started
+    assert "waits: --modal-max-cost-usd 0.00492" in text
+    assert "the budget is reached: every call is cancelled" in text
+    assert calls(fake_modal)[0]["call_id"] in fake_modal.fake_cancels()
+    assert spent(text) <= budget
+    bill = fake_modal.fake_bill()
+    assert len(bill) == 1
+    assert (bill[0]["end"] - bill[0]["start"]) * PRICES_USD_PER_S["T4"] <= budget
+    assert fake_modal.fake_running() == []
+
+
+def test_the_first_wave_holds_each_calls_worst_case(fake_modal, tmp_path):
+    """
+    Ten one-image jobs of runtime 1 min on a T4 with a budget for three worst cases
+    (3 x 0.000164 x (60 + 10) s = 0.03444 USD): three start at once, the others wait
+    and start as those end; the run finishes, spending what the ten took.
+    """
+    snakefile = """
+rule all:
+    input: expand("img{i}.txt", i=range(10))
+
+rule image:
+    output: "img{i}.txt"
+    resources: gpu=1, runtime=1
+    shell: "sleep 1; echo {wildcards.i} > {output}"
+"""
+    budget = 3 * PRICES_USD_PER_S["T4"] * 70
+    result = run_snakemake(
+        tmp_path,
+        snakefile,
+        "--jobs",
+        "10",
+        "--modal-startup-seconds",
+        "10",
+        "--modal-max-cost-usd",
+        f"{budget:.5f}",
+        timeout=300,
+    )
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text[-3000:]
+    assert text.count(" waits: ") >= 7  # at most 3 of the 10 started at once
+    assert len(calls(fake_modal)) == 10
+    # never more than three containers at once (what the fake billed)
+    bill = fake_modal.fake_bill()
+    for record in bill:
+        at = record["start"] + 0.01
+        assert sum(b["start"] <= at < b["end"] for b in bill) <= 3
+    assert spent(text) <= budget
+
+
+def test_a_container_started_before_an_upload_reloads_the_volume(fake_modal, tmp_path):
+    """
+    The fake starts each container ahead of its input: its view of the volume is the
+    one committed before the client's upload, as on Modal when an input goes to a
+    container started earlier. Without ``Volume.reload()`` the container does not
+    see a file uploaded after it started; the plugin's containers reload first, so a
+    job's input uploaded after the app started is there.
+    """
+    from modal import _probe as probe
+
+    app = fake_modal.App("probe")
+    volume = fake_modal.Volume.from_name("probe", create_if_missing=True)
+    function = app.function(volumes={"/mnt": volume})(probe.sees)
+    with app.run():
+        (tmp_path / "in.txt").write_text("uploaded after the start\n")
+        with volume.batch_upload() as batch:
+            batch.put_file(str(tmp_path / "in.txt"), "/in.txt")
+        assert function.spawn("/mnt/in.txt", False).get(timeout=60) is False
+        assert function.spawn("/mnt/in.txt", True).get(timeout=60) is True
+    snakefile = """
+rule all:
+    input: "out.txt"
+
+rule copy:
+    input: "in.txt"
+    output: "out.txt"
+    shell: "cp {input} {output}"
+"""
+    (tmp_path / "wf").mkdir()
+    (tmp_path / "wf" / "in.txt").write_text("input\n")
+    result = run_snakemake(tmp_path / "wf", snakefile)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "wf" / "out.txt").read_text() == "input\n"
+
+
+def test_client_errors_of_get_leave_no_container_running(fake_modal, tmp_path):
+    """
+    A token revoked during the run (``AuthError`` from ``get``): the call is
+    cancelled before its job fails, not left billing beside the retry. A rate limit
+    (``ResourceExhaustedError``) is taken as "status not readable": the call goes
+    on and finishes.
+    """
+    result = run_snakemake(
+        tmp_path,
+        SLOW,
+        "--config",
+        "sleep=300",
+        env={"FAKE_MODAL_GET_RAISES": "AuthError"},
+        timeout=120,
+    )
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "the Modal call failed: AuthError" in text
+    call_id = calls(fake_modal)[0]["call_id"]
+    assert fake_modal.fake_cancels() == [call_id]
+    assert fake_modal.fake_running() == []
+
+    work = tmp_path / "limited"
+    result = run_snakemake(
+        work,
+        SLOW,
+        "--config",
+        "sleep=0",
+        env={"FAKE_MODAL_GET_RAISES": "ResourceExhaustedError:2"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (
+        "status not readable (ResourceExhaustedError" in result.stdout + result.stderr
+    )
+    assert (work / "out.txt").read_text() == "done\n"
+
+
+def test_a_cancel_that_fails_is_tried_again(fake_modal, tmp_path):
+    """The first two cancels of the revoked-token call are lost: the third, a
+    second later, stops it."""
+    result = run_snakemake(
+        tmp_path,
+        SLOW,
+        "--config",
+        "sleep=300",
+        env={"FAKE_MODAL_GET_RAISES": "AuthError", "FAKE_MODAL_CANCEL_ERRORS": "2"},
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert fake_modal.fake_cancels() == [calls(fake_modal)[0]["call_id"]]
+    assert fake_modal.fake_running() == []
+
+
+THREE = SHARD.replace("i=range(2)", "i=range(3)")
+
+
+def test_a_failed_shard_brings_home_the_images_it_finished(fake_modal, tmp_path):
+    """
+    One image of a shard of three fails: the two others, committed by the container,
+    are downloaded once Snakemake has removed the failed job's outputs; the next run
+    computes only the failed one.
+    """
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    work = tmp_path / "wf"
+    base = ["--group-components", "shard=3", "--config", f"counts={ran}", "tt=0"]
+    first = run_snakemake(work, THREE, *base, "fail=1", "--retries", "0")
+    text = first.stdout + first.stderr
+    assert first.returncode != 0
+    assert "2 output(s) its container finished are brought home" in text
+    assert (work / "img0.txt").read_text() == (work / "img2.txt").read_text() == "1\n"
+    assert not (work / "img1.txt").exists()
+    second = run_snakemake(work, THREE, *base, "fail=-1")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert counts(ran) == {"0": 1, "1": 2, "2": 1}
+    assert (work / "img1.txt").read_text() == "1\n"
+
+
+def test_ten_thousand_targets_start_in_one_container(fake_modal, tmp_path):
+    """
+    A shard's targets go to the shell in a file: 10,000 ``--target-jobs`` entries
+    (about 540 KB, above the 128 KiB that one argument of ``sh -c`` may hold) reach
+    the command as 10,000 arguments.
+    """
+    from snakemake_executor_plugin_modal.container import TARGETS, run_job
+
+    volume = fake_modal.Volume.from_name("big", create_if_missing=True)
+    app = fake_modal.App("big")
+    function = app.function(volumes={"/mnt": volume}, timeout=120)(run_job)
+    targets = [
+        f"'estimate_image:area=V1,encoder=resnet50,index={i:05d}'" for i in range(10000)
+    ]
+    spec = {
+        "mount": "/mnt",
+        "volume": "big",
+        "prefix": "wf",
+        "stage": [],
+        "command": f"python -c 'import sys; print(len(sys.argv) - 1)' {TARGETS}",
+        "outputs": [],
+        "job_outputs": [],
+        "results": [],
+        "log": ".snakemake/modal/big.log",
+        "sync_every_s": 30,
+        "members": [{"target": t, "outputs": [], "key": "k"} for t in targets],
+    }
+    assert len(" ".join(targets)) > 128 * 1024
+    with app.run():
+        result = function.spawn(spec).get(timeout=120)
+    assert result["returncode"] == 0, result["log_tail"]
+    assert result["log_tail"].strip().splitlines()[-1] == "10000"
