@@ -7,7 +7,9 @@ profiles/modal` on the reduced demo (2 images per configuration).
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -113,9 +115,22 @@ def test_one_container_per_shard_with_the_configs_gpu(modal_run):
     assert all(" --cores 1 " in c["args"][0]["command"] for c in calls)
     targets = sorted(len(c["args"][0]["job_outputs"]) for c in calls)
     assert targets == [2, 3, 3]
-    # each shard's timeout is its own time limit in whole minutes (the sum of its
-    # jobs' runtime: 3 x its work + 120 s), not the profile's modal-timeout of 6 h
-    assert all(c["timeout"] % 60 == 0 and 180 <= c["timeout"] < 21600 for c in calls)
+    # each shard's timeout is its own time limit (the sum of its jobs' runtime, the
+    # profile's gpu=1 of local scope making Snakemake add them up), not the
+    # profile's modal-timeout of 6 h: ceil((3 x (n x s + k x 15 s) + 120 s) / 60)
+    # minutes for n images of k configurations at the dry run's s per image on L4
+    spi = float(re.search(r"on Modal \(L4.*?; ([\d.]+) s per image", dry.stderr)[1])
+    for c in calls:
+        outputs = c["args"][0]["job_outputs"]
+        configs = {
+            (e, a)
+            for o in outputs
+            for e, a in CONFIGURATIONS
+            if {e, a} <= set(Path(o).parts)
+        }
+        n, k = len(outputs), len(configs)
+        minutes = math.ceil((3 * (n * spi + k * 15) + 120) / 60)
+        assert c["timeout"] == 60 * minutes, (c["timeout"], n, k, spi)
     steps = calls[0]["image_steps"]
     pip = next(s["packages"] for s in steps if s["op"] == "pip_install")
     assert any(p.startswith("multigeom[paper]==") for p in pip)
@@ -263,7 +278,7 @@ def test_modal_check_on_the_fake(tmp_path):
         ),
         (
             {"FAKE_MODAL_UPLOAD_ERRORS": "9"},
-            "Modal could not be reached to upload to the volume 'snakemake' "
+            "Modal could not be reached to upload to the volume 'multigeom-fig4de' "
             "(ConnectionError",
         ),
     ):

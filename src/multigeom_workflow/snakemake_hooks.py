@@ -602,6 +602,7 @@ def estimate_resources(run: Run) -> dict:
         record_signature(runtime)  # Snakemake reads it at each job otherwise
         out["runtime"] = runtime
     if requested_settings() is not None:  # --executor modal (a profile's too)
+        out["gpu"] = 1  # its container's one GPU (the profile's gpu=1, local scope)
         out["modal_gpu"] = s.modal["gpu"]
         out["modal_max_cost_usd"] = str(float(s.modal["max_cost_usd"]))
     return out

@@ -456,3 +456,19 @@ def test_the_fakes_parameters_are_the_real_clients(real_client, fake_modal, name
             continue
         assert pname in real, f"{name}: the real client has no parameter {pname!r}"
         assert real[pname] == kind, f"{name}: {pname!r} is {real[pname]} there"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["multigeom-fig4de", "a.b_c-1", "x" * 64, "x" * 65, "my volume", "vol/1", "",
+     "ap-" + "a" * 22, "ap-short", "é"],
+)  # fmt: skip
+def test_volume_names_are_checked_by_modals_rule(name):
+    """The preflight's check of ``--modal-volume`` agrees with the real client's
+    ``is_valid_object_name`` (modal/_utils/name_utils.py)."""
+    real_modal()
+    from modal._utils.name_utils import is_valid_object_name
+
+    from snakemake_executor_plugin_modal.preflight import valid_object_name
+
+    assert valid_object_name(name) == is_valid_object_name(name)

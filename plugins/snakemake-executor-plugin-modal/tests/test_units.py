@@ -52,14 +52,17 @@ def test_ledger_known_case_and_admission():
     assert ledger.gpu_seconds == 600.0
     assert ledger.cost_usd == pytest.approx(0.6582)
     # 0.3418 USD left. 60 s on two H100: worst case 2 x 0.001097 x (60 + 100) s
-    # = 0.35104 USD: refused alone, held back while another call runs
+    # = 0.35104 USD: refused
     alone = ledger.admit(GpuRequest("H100", 2), 60)
     assert alone.verdict == "refuse" and "= 0.35 USD" in alone.message
     assert "could bring it to 1.01 USD" in alone.message  # 0.6582 + 0.35104
-    held = ledger.admit(GpuRequest("H100", 2), 60, reserved_usd=0.0, running=1)
-    assert (
-        held.verdict == "wait" and "0.34 USD left while 1 call(s) run" in held.message
-    )
+    # the same while a call runs: refused at once, it would not fit even alone
+    busy = ledger.admit(GpuRequest("H100", 2), 60, reserved_usd=0.1, running=1)
+    assert busy.verdict == "refuse"
+    # 60 s on one H100 (0.17552 USD) fits alone: held back while 0.2 USD are held
+    held = ledger.admit(GpuRequest("H100"), 60, reserved_usd=0.2, running=1)
+    assert held.verdict == "wait"
+    assert "0.14 USD left while 1 call(s) run" in held.message  # 0.3418 - 0.2
     # what running calls may still cost is held aside: 0.3 USD of them, 0.0418 left
     assert ledger.admit(GpuRequest("T4"), 60, reserved_usd=0.3, running=1).verdict == (
         "start"  # 0.000164 x 160 s = 0.02624 USD fits
@@ -552,13 +555,16 @@ def test_settings_problems_name_every_refusal(fake_modal, monkeypatch):
     )
 
     monkeypatch.setenv("FAKE_MODAL_NO_TOKEN", "1")
-    settings = ExecutorSettings(gpu="X9000", local_packages=["no_such_pkg_xyz"])
+    settings = ExecutorSettings(
+        gpu="X9000", local_packages=["no_such_pkg_xyz"], volume="my runs"
+    )
     assert requested_settings() is settings  # recorded when Snakemake makes them
     problems = settings_problems(settings)
-    assert len(problems) == 3, problems
+    assert len(problems) == 4, problems
     assert problems[0].startswith("no Modal credentials")
-    assert "--modal-gpu = 'X9000'" in problems[1]
-    assert "'no_such_pkg_xyz' is not importable here" in problems[2]
+    assert problems[1].startswith("--modal-volume 'my runs': Modal refuses this name")
+    assert "--modal-gpu = 'X9000'" in problems[2]
+    assert "'no_such_pkg_xyz' is not importable here" in problems[3]
     monkeypatch.delenv("FAKE_MODAL_NO_TOKEN")
     assert settings_problems(ExecutorSettings(gpu="L4")) == []
 

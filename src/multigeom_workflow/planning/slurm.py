@@ -451,6 +451,7 @@ def slurm_plan(
     profile_cap: int | None = None,
     planned: list | None = None,
     cluster: bool = True,
+    modal_gpu: str | None = None,
 ) -> SlurmPlan:
     """
     The shards of a SLURM run of `scenario` and their time limits.
@@ -474,6 +475,10 @@ def slurm_plan(
     cluster : bool
         Read the partition's MaxTime (``sinfo``); False for a run elsewhere
         (`modal_plan`).
+    modal_gpu : str, optional
+        For a run on Modal: its GPU type (``modal.gpu``), whose seconds per image
+        are those the dry run's Modal estimate uses (measured on that type, else the
+        default on an A100).
 
     Returns
     -------
@@ -482,7 +487,10 @@ def slurm_plan(
     # the allocations' device, not this machine's: a login node without a GPU falls
     # back to the CPU here, while the shards compute on their GPUs
     kind = "cpu" if scenario.device_asked == "cpu" else "gpu"
-    spi, source = _seconds_per_image(scenario, timings, kind)
+    if modal_gpu is not None:
+        spi, source = _seconds_per_image(scenario, timings, "modal", modal_gpu)
+    else:
+        spi, source = _seconds_per_image(scenario, timings, kind)
     if planned is not None:
         pending = [(config, i) for config, i, _ in planned]
         jobs_of = [k for _, _, k in planned]
@@ -517,11 +525,13 @@ MODAL_CAP_MIN = 1440
 def modal_plan(scenario: Scenario, wanted: int) -> SlurmPlan:
     """
     The shards of a run on Modal and their time limits, as for SLURM (`slurm_plan`:
-    `MARGIN` x the measured or default work + `ALLOCATION_S`), capped at Modal's
-    24 h: each per-image job's share of its shard's limit is its ``runtime``, which
-    Snakemake sums into the shard's, and the Modal plugin makes that sum the
-    container's timeout and the worst case its budget guard holds aside (instead of
-    the profile's ``modal-timeout`` of 6 h for every shard).
+    `MARGIN` x the work + `ALLOCATION_S`, the seconds per image those of the dry
+    run's Modal estimate on ``modal.gpu``), capped at Modal's 24 h: each per-image
+    job's share of its shard's limit is its ``runtime``, which Snakemake sums into
+    the shard's (the profile's ``gpu=1`` of local scope puts one job in each of the
+    group's layers), and the Modal plugin makes that sum the container's timeout and
+    the worst case its budget guard holds aside (instead of the profile's
+    ``modal-timeout`` of 6 h for every shard).
 
     Parameters
     ----------
@@ -533,7 +543,12 @@ def modal_plan(scenario: Scenario, wanted: int) -> SlurmPlan:
         scenario.per_image_files(), engine=scenario.engine, precision=scenario.precision
     )
     return slurm_plan(
-        scenario, timings, wanted, profile_cap=MODAL_CAP_MIN, cluster=False
+        scenario,
+        timings,
+        wanted,
+        profile_cap=MODAL_CAP_MIN,
+        cluster=False,
+        modal_gpu=scenario.modal["gpu"],
     )
 
 

@@ -198,6 +198,10 @@ class Executor(RemoteExecutor):
         self._orphans: list[ContainerCall] = []
         self._failed: dict = {}
         self._calls_lock = threading.Lock()
+        # a job's admission and its registration as running happen under this lock,
+        # whether submitted (Snakemake's thread) or started after waiting (status
+        # thread): two jobs never pass the guard against the same budget left
+        self._admit_lock = threading.RLock()
         self._waited = 0
         self.workdir = Path.cwd()
         # everything the run would refuse, said at once before the image is built
@@ -283,26 +287,28 @@ class Executor(RemoteExecutor):
         submitted as ``waiting-<n>``: :meth:`check_active_jobs` starts it), or
         refuse it (see :meth:`run_job`).
         """
-        admission = self.admission(job)
         name = self.get_jobname(job)
-        if admission.verdict == "refuse":
-            self.report_job_error(
-                SubmittedJobInfo(job), msg=f"Modal: job {name}: {admission.message}"
-            )
-            return
-        if admission.verdict == "wait":
+        with self._admit_lock:  # admitted and registered as one step
+            admission = self.admission(job)
+            if admission.verdict == "refuse":
+                msg = f"Modal: job {name}: {admission.message}"
+                if job.is_group():  # Snakemake prints no message for a group's error
+                    self.logger.error(msg)
+                self.report_job_error(SubmittedJobInfo(job), msg=msg)
+                return
+            if admission.verdict == "wait":
+                with self._calls_lock:
+                    self._waited += 1
+                    external_id = f"waiting-{self._waited}"
+                    self._waiting[external_id] = job
+                self.logger.info(f"Modal: job {name} waits: {admission.message}")
+                self.report_job_submission(
+                    SubmittedJobInfo(job, external_jobid=external_id, aux={})
+                )
+                return
+            call, spec = self.start(job, admission)
             with self._calls_lock:
-                self._waited += 1
-                external_id = f"waiting-{self._waited}"
-                self._waiting[external_id] = job
-            self.logger.info(f"Modal: job {name} waits: {admission.message}")
-            self.report_job_submission(
-                SubmittedJobInfo(job, external_jobid=external_id, aux={})
-            )
-            return
-        call, spec = self.start(job, admission)
-        with self._calls_lock:
-            self._calls[call.call_id] = call
+                self._calls[call.call_id] = call
         self.report_job_submission(
             SubmittedJobInfo(job, external_jobid=call.call_id, aux={"spec": spec})
         )
@@ -568,6 +574,7 @@ class Executor(RemoteExecutor):
         stop = self.budget_reached()
         if stop is not None:
             self.logger.error(f"Modal: {stop}")
+        if self.ledger.exhausted is not None:  # again each check: a cancel may fail
             await asyncio.to_thread(self.cancel_all)
         for job_info in active_jobs:
             external_id = job_info.external_jobid
@@ -586,7 +593,8 @@ class Executor(RemoteExecutor):
                 yield job_info
                 continue
             with self._calls_lock:
-                self._calls.pop(external_id, None)
+                if self._calls.pop(external_id, None) is None:
+                    continue  # cancelled meanwhile (Ctrl-C): counted there
                 if not outcome.ok and call.ended is None:  # its cancel failed
                     self._orphans.append(call)
             if call.ended is not None:
@@ -620,12 +628,9 @@ class Executor(RemoteExecutor):
         job = job_info.job
         name = self.get_jobname(job)
         try:
-            admission = self.admission(job)
-            if admission.verdict == "wait":
+            started = await asyncio.to_thread(self._start_if_admitted, job_info)
+            if started is None:
                 return True
-            if admission.verdict == "refuse":
-                raise WorkflowError(admission.message)
-            call, spec = await asyncio.to_thread(self.start, job, admission)
         except Exception as e:
             with self._calls_lock:
                 self._waiting.pop(job_info.external_jobid, None)
@@ -636,12 +641,25 @@ class Executor(RemoteExecutor):
                 self.logger.error(msg)
             self.report_job_error(job_info, msg=msg)
             return False
+        call, spec = started
         self.logger.info(f"Modal: job {name} started ({call.call_id})")
         job_info.aux["spec"] = spec
-        with self._calls_lock:
-            self._waiting.pop(job_info.external_jobid, None)
-            self._calls[job_info.external_jobid] = call
         return True
+
+    def _start_if_admitted(self, job_info) -> tuple | None:
+        """A waiting job's admission and start, as one step (`_admit_lock`): the
+        call and its spec, None while it still waits; raises when refused."""
+        with self._admit_lock:
+            admission = self.admission(job_info.job)
+            if admission.verdict == "wait":
+                return None
+            if admission.verdict == "refuse":
+                raise WorkflowError(admission.message)
+            call, spec = self.start(job_info.job, admission)
+            with self._calls_lock:
+                self._waiting.pop(job_info.external_jobid, None)
+                self._calls[job_info.external_jobid] = call
+            return call, spec
 
     def budget_reached(self) -> str | None:
         """
@@ -663,10 +681,12 @@ class Executor(RemoteExecutor):
         return self.ledger.spent_line(running_usd, min(budgets))
 
     def cancel_all(self) -> None:
-        """Cancel every running call (the budget is reached); waiting jobs are
-        refused when they are next checked."""
+        """Cancel every running call not cancelled yet (the budget is reached; a
+        call whose cancel failed is tried again at the next check); waiting jobs
+        are refused when they are next checked."""
         for call in self.running_calls():
-            call.cancel()
+            if not call.cancelled:
+                call.cancel(attempts=1)
 
     def cancel_orphans(self) -> None:
         """Cancel again the calls whose cancel failed; count them once it works."""

@@ -674,8 +674,9 @@ class Ledger:
         -------
         Admission
             ``start`` if spent + reserved + the job's worst case <= the budget;
-            else ``wait`` while calls run; else ``start`` with a cut timeout (if
-            `may_cut`) or ``refuse``.
+            else ``wait`` while calls run, if it would fit once they end; else
+            ``start`` with a cut timeout (if `may_cut`, nothing running) or
+            ``refuse``.
         """
         timeout_s = int(timeout_s)
         budget = self.budget_of(budget)
@@ -694,7 +695,8 @@ class Ledger:
             f"its worst case, {price:.6g} USD/s x ({timeout_s} s of timeout + "
             f"{self.startup_s:g} s of start-up) = {need:.2f} USD"
         )
-        if running:
+        alone = limit - self.cost_usd  # what is left once every running call ends
+        if running and (may_cut or need <= alone):
             return Admission(
                 "wait",
                 message=f"{source}{sep}{limit:g}: {worst}, does not fit in the "

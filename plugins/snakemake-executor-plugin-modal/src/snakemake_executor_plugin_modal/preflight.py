@@ -14,6 +14,7 @@ can say them as warnings (:func:`settings_problems` needs no DAG, and
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -94,11 +95,27 @@ def gpu_problem(spec, where: str) -> str | None:
     return None
 
 
+#: Modal's rule for an object's name (``is_valid_object_name`` and ``app_id_regex``
+#: in ``modal/_utils/name_utils.py``, Modal 1.6), checked before the build: the server
+#: refuses a volume of another name only when the run first uses it.
+_OBJECT_NAME = re.compile(r"^[a-zA-Z0-9-_.]+$")
+_APP_ID = re.compile(r"^ap-[a-zA-Z0-9]{22}$")
+
+
+def valid_object_name(name: str) -> bool:
+    """Whether Modal accepts `name` for a volume (or another named object)."""
+    return (
+        len(name) <= 64
+        and _OBJECT_NAME.match(name) is not None
+        and _APP_ID.match(name) is None
+    )
+
+
 def settings_problems(settings, workflow=None) -> list[str]:
     """
     What the run's settings alone would refuse (no DAG needed): credentials, a
-    default storage provider, ``--modal-gpu``, the Python version, the local
-    packages.
+    default storage provider, the volume's name, ``--modal-gpu``, the Python
+    version, the local packages.
 
     Parameters
     ----------
@@ -122,6 +139,12 @@ def settings_problems(settings, workflow=None) -> list[str]:
             f"--default-storage-provider {provider}: the Modal executor moves files "
             "through its own volume and does not install storage plugins in the "
             "container; run without a default storage provider"
+        )
+    name = getattr(settings, "volume", None)
+    if isinstance(name, str) and not valid_object_name(name):
+        problems.append(
+            f"--modal-volume {name!r}: Modal refuses this name (at most 64 letters, "
+            "digits, '-', '_' or '.', and not an app id); choose another"
         )
     if settings.gpu is not None:
         problem = gpu_problem(settings.gpu, "--modal-gpu")
