@@ -119,7 +119,7 @@ class Run:
         The shards and time limits of a run for SLURM
         (`multigeom_workflow.planning.slurm`), None for any other run.
     runtimes : dict
-        ((encoder, area), index) -> the `runtime` of its jobs on SLURM
+        ((encoder, area), index) -> the `runtime` of its jobs on SLURM or Modal
         (`SlurmPlan.runtimes`, computed once); empty elsewhere.
     shards_setting : int or str
         The config key ``shards``.
@@ -149,9 +149,10 @@ class Run:
 
     def runtime_of(self, wildcards) -> int:
         """
-        A per-image job's `runtime` (minutes) on SLURM: its share of its shard's time
-        limit (`SlurmPlan.runtimes`: Snakemake sums a group's runtimes into the
-        allocation's --time); a job outside the planned shards, one image's limit.
+        A per-image job's `runtime` (minutes) on SLURM or Modal: its share of its
+        shard's time limit (`SlurmPlan.runtimes`: Snakemake sums a group's runtimes
+        into the allocation's --time, or the container's timeout); a job outside the
+        planned shards, one image's limit.
         """
         key = ((wildcards.encoder, wildcards.area), int(wildcards.index))
         return self.runtimes.get(key, (self.slurm or self.modal).single_minutes())
@@ -574,9 +575,12 @@ def estimate_resources(run: Run) -> dict:
     """
     The resources of a per-image job (rules estimate_image, estimate_image_ceiling),
     in one place: `gpu`, 1 when it computes on this machine's GPU (remote profiles set
-    their own count); `runtime`, its time limit in minutes on SLURM (a function of
-    the job's wildcards, its share of its shard's limit); and for a run with the Modal
-    executor plugin, the GPU and the budget of the config's `modal` section
+    their own count); `runtime`, its time limit in minutes on SLURM and Modal (a
+    function of the job's wildcards, its share of its shard's limit); and for a run
+    with the Modal executor plugin, one GPU (``gpu=1``: the Modal profile's limit of
+    local scope runs a shard's jobs one per layer, so that Snakemake sums their
+    runtimes into the shard's timeout), the GPU type and the budget of the config's
+    `modal` section
     (`modal_gpu`, `modal_max_cost_usd`: the plugin reads a job's own values before its
     --modal-gpu and --modal-max-cost-usd), so that the dry run's estimate and the run
     on Modal use one GPU type and one budget (the budget as a string: Snakemake rounds
