@@ -26,6 +26,18 @@ rule slow:
 """
 
 
+#: One job copying a local input: the container must find the uploaded file.
+COPY = """
+rule all:
+    input: "out.txt"
+
+rule copy:
+    input: "in.txt"
+    output: "out.txt"
+    shell: "cp {input} {output}"
+"""
+
+
 def calls(fake_modal):
     return fake_modal.fake_calls()
 
@@ -399,15 +411,7 @@ def test_an_error_raised_in_the_container_is_the_jobs_failure(
 def test_a_failed_upload_is_sent_again_by_the_retry(fake_modal, tmp_path):
     """The first batch upload fails in the middle: that job's error, and its retry
     in the same run sends the files again (the container finds its input)."""
-    snakefile = """
-rule all:
-    input: "out.txt"
-
-rule copy:
-    input: "in.txt"
-    output: "out.txt"
-    shell: "cp {input} {output}"
-"""
+    snakefile = COPY
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / "in.txt").write_text("staged\n")
     result = run_snakemake(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
 
 from .helpers import run_snakemake
-from .test_failures import SHARD, SLOW, calls, counts
+from .test_failures import COPY, SHARD, SLOW, calls, counts
 
 HANG = """
 rule all:
@@ -125,18 +125,9 @@ def test_a_container_started_before_an_upload_reloads_the_volume(fake_modal, tmp
             batch.put_file(str(tmp_path / "in.txt"), "/in.txt")
         assert function.spawn("/mnt/in.txt", False).get(timeout=60) is False
         assert function.spawn("/mnt/in.txt", True).get(timeout=60) is True
-    snakefile = """
-rule all:
-    input: "out.txt"
-
-rule copy:
-    input: "in.txt"
-    output: "out.txt"
-    shell: "cp {input} {output}"
-"""
     (tmp_path / "wf").mkdir()
     (tmp_path / "wf" / "in.txt").write_text("input\n")
-    result = run_snakemake(tmp_path / "wf", snakefile)
+    result = run_snakemake(tmp_path / "wf", COPY)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "wf" / "out.txt").read_text() == "input\n"
 

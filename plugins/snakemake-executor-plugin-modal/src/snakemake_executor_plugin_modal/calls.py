@@ -528,9 +528,7 @@ class ContainerCall:
         (price x (timeout + `startup_s`)), or what it has cost so far where that is
         more (a call that waited for a GPU, or could not be cancelled).
         """
-        if self.gpu is None or math.isnan(self.gpu.usd_per_second):
-            return 0.0
-        worst = self.gpu.usd_per_second * (float(self.timeout_s) + startup_s)
+        worst = self.usd_per_second * (float(self.timeout_s) + startup_s)
         return max(worst, self.cost_usd)
 
     @property
@@ -548,9 +546,7 @@ class ContainerCall:
     @property
     def cost_usd(self) -> float:
         """USD of the GPUs so far (0 for a CPU-only container or an unknown type)."""
-        if self.gpu is None or math.isnan(self.gpu.usd_per_second):
-            return 0.0
-        return self.gpu.usd_per_second * self.seconds
+        return self.usd_per_second * self.seconds
 
 
 @dataclass
