@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import time
@@ -79,11 +78,29 @@ rule image:
 
 GROUP = ["--group-components", "shard=2"]  # both images in one container
 
-# The shard with each image taking a while (image i: (1 + i) x tt seconds), so that
-# whichever runs first, the other still runs when the first is committed: the
-# container's Snakemake runs a group's independent jobs in an order that follows string
-# hashes, which differs from one run (and one temporary folder) to the next.
-SLOW_SHARD = SHARD.replace("sleep $(({wildcards.i}*", "sleep $(((1+{wildcards.i})*")
+# The shard for the preemption test, its order fixed whatever order the container's
+# Snakemake runs a group's independent jobs in (it follows string hashes, which differ
+# from one run and one temporary folder to the next): the image that starts first
+# (it takes the folder `first` atomically) ends in a second; the other waits until the
+# container is preempted (300 s, far past the preemption); a restarted image (its
+# second start) ends at once. No race with the volume's commits: the CI run of
+# 2026-12-02 saw both images of the earlier timed version committed before the
+# preemption on a loaded machine.
+PREEMPTED_SHARD = """
+rule all:
+    input: expand("img{i}.txt", i=range(2))
+
+rule image:
+    output: "img{i}.txt"
+    group: "shard"
+    shell:
+        "echo ran >> {config[counts]}/{wildcards.i}; "
+        "if [ $(wc -l < {config[counts]}/{wildcards.i}) -gt 1 ]; then :; "
+        "elif mkdir {config[first]} 2>/dev/null; then "
+        "echo {wildcards.i} > {config[first]}/image; sleep 1; "
+        "else sleep 300; fi; "
+        "echo 1 > {output}"
+"""
 
 
 def counts(folder):
@@ -107,10 +124,10 @@ def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp
         "FAKE_MODAL_PREEMPT_WHEN": f"{committed}/img*.txt:"
         f"{committed}/.snakemake/modal/done/img*.txt@*",
     }
-    config = [f"counts={ran}", "tt=4", "fail=-1"]
+    config = [f"counts={ran}", f"first={tmp_path / 'first'}"]
     result = run_snakemake(
         work,
-        SLOW_SHARD,
+        PREEMPTED_SHARD,
         *GROUP,
         "--modal-sync-seconds",
         "1",
@@ -126,8 +143,7 @@ def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp
     )
     # the image the first container ran first was committed before the preemption,
     # the other was not: computed again in the second container, the first not
-    logs = sorted((tmp_path / "fake-modal" / "containers").glob("*/container.log"))
-    first = re.findall(r"wildcards: i=(\d)", logs[0].read_text())[0]
+    first = (tmp_path / "first" / "image").read_text().strip()
     other = "1" if first == "0" else "0"
     assert counts(ran) == {first: 1, other: 2}
     assert (work / "img0.txt").read_text() == (work / "img1.txt").read_text() == "1\n"
