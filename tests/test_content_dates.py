@@ -108,3 +108,64 @@ def test_recording_only_keeps_the_new_date(tmp_path):
     report = keep_dates_of_unchanged_content([f], registry, restore=False)
     assert report.restored == [] and f.stat().st_mtime_ns == new
     assert json.loads(registry.read_text())["files"][str(f)][1] == new
+
+
+def test_a_dry_run_writes_nothing_and_hands_the_dates_on(tmp_path):
+    """``snakemake -n``: no date set, no registry written; the dates a real run would
+    set are handed to the planning (`ContentDates.dates`), and the line says
+    "would"."""
+    ckpt = make(tmp_path / "final_model.pt", os.urandom(2_000_000))
+    registry = tmp_path / REGISTRY_NAME
+    keep_dates_of_unchanged_content([ckpt], registry)
+    recorded = registry.read_bytes()
+    os.utime(ckpt)
+    touched = ckpt.stat().st_mtime_ns
+    new = make(tmp_path / "best_model.pt", b"new")  # new to the registry
+    report = keep_dates_of_unchanged_content([ckpt, new], registry, dry=True)
+    assert report.restored == [str(ckpt)] and report.dates == {str(ckpt): OLD}
+    assert ckpt.stat().st_mtime_ns == touched
+    assert registry.read_bytes() == recorded
+    assert report.lines()[0].startswith("would keep the recorded date of 1 input")
+
+
+def test_a_date_that_cannot_be_set_is_said_and_shown_to_the_planning(
+    tmp_path, monkeypatch
+):
+    """A file of another user (utimensat(2): EPERM) or on a read-only mount (EROFS):
+    one warning line, the recorded date handed to the planning, nothing raised; its
+    registry entry stays as it was, so the next run tries again."""
+    import errno
+
+    ckpt = make(tmp_path / "final_model.pt", os.urandom(1000))
+    registry = tmp_path / REGISTRY_NAME
+    keep_dates_of_unchanged_content([ckpt], registry)
+    entry = json.loads(registry.read_text())["files"][str(ckpt)]
+    os.utime(ckpt)
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(os, "utime", refused)
+    report = keep_dates_of_unchanged_content([ckpt], registry)
+    assert report.dates == {str(ckpt): OLD}
+    assert report.refused == [(str(ckpt), "PermissionError: Operation not permitted")]
+    warning = [line for line in report.lines() if line.startswith("warning:")]
+    assert len(warning) == 1 and str(ckpt) in warning[0]
+    assert json.loads(registry.read_text())["files"][str(ckpt)] == entry
+
+
+def test_a_registry_that_cannot_be_written_is_said(tmp_path, monkeypatch):
+    """A read-only ``runs_dir``: the registry's write fails with one line, no
+    error."""
+    import errno
+
+    f = make(tmp_path / "x.pt", b"1")
+    registry = tmp_path / "ro" / REGISTRY_NAME
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(type(registry), "write_text", read_only)
+    report = keep_dates_of_unchanged_content([f], registry)
+    assert report.registry_problem.endswith("OSError: Read-only file system")
+    assert report.lines()[-1].startswith("warning: could not write the content")

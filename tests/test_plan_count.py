@@ -2,7 +2,9 @@
 What the dry run says is left is what Snakemake will run: the estimate's count of
 per-image computations equals the per-image jobs of Snakemake's own plan (its "Job
 stats"), whatever made them planned; a touched or copied finished run plans none; a
-per-image file damaged with its date kept is named, set aside and planned.
+per-image file damaged with its date kept is named and planned. A dry run changes no
+file (it says what the real run would do), and what it counts is what the real run
+then computes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,15 +66,23 @@ def test_a_missing_file_is_counted(tiny_copy, kind):
 
 
 def test_touched_checkpoint_plans_nothing(tiny_copy):
-    """A diffusion checkpoint over 1 MB (Snakemake checksums only smaller files)."""
+    """A diffusion checkpoint over 1 MB (Snakemake checksums only smaller files): the
+    dry run keeps its new date and plans as if the recorded one were back; the real
+    run gives it back."""
     ckpt = tiny_copy / "runs/diffusion/onoff/complex/final_model.pt"
     assert ckpt.stat().st_size > 1_000_000
     before = ckpt.stat().st_mtime_ns
     os.utime(ckpt)  # touch
+    touched = ckpt.stat().st_mtime_ns
+    assert touched > before
     result = dry(tiny_copy)
     assert header_left(result) == 0
+    assert ckpt.stat().st_mtime_ns == touched  # a dry run changes nothing
+    assert "would keep the recorded date of 1 input file(s)" in result.stderr
+    real = run_snakemake(tiny_copy)
+    assert real.returncode == 0, real.stderr[-3000:]
+    assert planned_per_image(real) == 0
     assert ckpt.stat().st_mtime_ns == before
-    assert "same content" in result.stderr
 
 
 def test_copied_checkout_with_new_dates_plans_no_per_image_job(tiny_run, tmp_path):
@@ -107,10 +118,120 @@ def test_damaged_file_with_its_date_kept_is_named_and_planned(tiny_copy, damage)
         d["img_idx"] = 0
         torch.save(d, f)
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # the date kept
+    damaged = f.read_bytes()
     result = dry(tiny_copy)
     assert header_left(result) == 1
     assert "per-image file runs/per_image/onoff/simple/img0001.pt" in result.stderr
-    assert f.with_name(f.name + ".bad").exists() and not f.exists()
+    assert "would be set aside as <name>.bad" in result.stderr
+    # named, not moved: the dry run changes nothing
+    assert f.read_bytes() == damaged and not f.with_name(f.name + ".bad").exists()
+    assert f.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    """Every file and folder under `root` but Snakemake's own IO cache and lock
+    folder (a dry run writes them: snakemake/dag.py, `save_iocache`): its name ->
+    (size, modification time in ns, bytes) (folders: (0, time, b""))."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith((".snakemake/iocache", ".snakemake/locks")):
+            continue
+        st = path.lstat()
+        if path.is_file() and not path.is_symlink():
+            out[rel] = (st.st_size, st.st_mtime_ns, path.read_bytes())
+        elif rel != ".snakemake":  # its date moves with the cache's folder
+            out[rel] = (0, st.st_mtime_ns, b"")
+    return out
+
+
+def test_a_dry_run_changes_nothing_and_counts_what_the_real_run_computes(tiny_copy):
+    """
+    On a finished demo: a touched checkpoint (its content unchanged), a per-image file
+    damaged with its date kept, a deleted noise-ceiling file. The dry run leaves every
+    file's bytes, name and date as they were, says what the real run would do, and
+    counts what the real run then computes: the damaged image and the ceiling image.
+    """
+    os.utime(tiny_copy / "runs/diffusion/onoff/complex/final_model.pt")
+    f = tiny_copy / "runs/per_image/smallcnn/complex/img0000.pt"
+    st = f.stat()
+    f.write_bytes(f.read_bytes()[:1000])
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (tiny_copy / "runs/per_image_ceiling/onoff/simple/img0000.pt").unlink()
+    before = tree(tiny_copy)
+    result = dry(tiny_copy)
+    assert tree(tiny_copy) == before
+    assert header_left(result) == 2
+    assert "would keep the recorded date of 1 input file(s)" in result.stderr
+    assert "would be set aside" in result.stderr
+    real = run_snakemake(tiny_copy)
+    assert real.returncode == 0, real.stderr[-3000:]
+    assert planned_per_image(real) == 2
+    assert planned_jobs(real)["estimate_image"] == 1
+    assert f.with_name(f.name + ".bad").exists()
+    assert (tiny_copy / "runs/per_image_ceiling/onoff/simple/img0000.pt").exists()
+
+
+def test_files_kept_by_an_ended_allocation_are_counted_as_there(tiny_copy):
+    """
+    A per-image file that a SLURM allocation finished before it ended early, removed
+    by Snakemake with its shard and kept in the allocation's folder: the dry run says
+    it would put it back and plans nothing for it, changing nothing; the real run puts
+    it back and computes nothing. (No SLURM answers for the job id: its state is
+    unknown, so its file comes back and its folder stays: compute/kept.py.)
+    """
+    f = tiny_copy / "runs/per_image/onoff/simple/img0001.pt"
+    kept = f.parent / ".kept-slurm-987654" / f.name
+    kept.parent.mkdir()
+    f.replace(kept)
+    before = tree(tiny_copy)
+    result = dry(tiny_copy)
+    assert "would put back 1 per-image file(s)" in result.stderr
+    assert "987654 UNKNOWN" in result.stderr
+    assert header_left(result) == 0
+    assert tree(tiny_copy) == before
+    real = run_snakemake(tiny_copy)
+    assert real.returncode == 0, real.stderr[-3000:]
+    assert planned_per_image(real) == 0
+    assert f.read_bytes() == kept.read_bytes()
+
+
+REFUSE_UTIME = """
+import os
+
+_utime = os.utime
+
+
+def utime(path, *args, **kwargs):  # a file of another user: EPERM (utimensat(2))
+    if str(path).endswith("final_model.pt"):
+        raise PermissionError(1, "Operation not permitted", str(path))
+    return _utime(path, *args, **kwargs)
+
+
+os.utime = utime
+"""
+
+
+def test_a_date_the_user_may_not_set_is_said_and_the_run_goes_on(tiny_copy, tmp_path):
+    """
+    A touched checkpoint the user may not change (another user's, on a shared
+    folder): ``os.utime`` is refused (a sitecustomize gives it EPERM, as utimensat(2)
+    does for a file of another user). The real run says so in one line, plans as if
+    the recorded date were back (nothing recomputed) and ends well.
+    """
+    ckpt = tiny_copy / "runs/diffusion/onoff/complex/final_model.pt"
+    os.utime(ckpt)
+    touched = ckpt.stat().st_mtime_ns
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(REFUSE_UTIME)
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    real = run_snakemake(tiny_copy, env=env)
+    assert real.returncode == 0, real.stderr[-3000:]
+    lines = [x for x in real.stderr.splitlines() if "could not set the recorded" in x]
+    assert len(lines) == 1 and "PermissionError: Operation not permitted" in lines[0]
+    assert planned_per_image(real) == 0
+    assert ckpt.stat().st_mtime_ns == touched
 
 
 def test_incomplete_metadata_is_counted(tiny_copy):

@@ -326,8 +326,19 @@ def test_a_cancelled_run_leaves_nothing_that_looks_finished(
     ]
     # no per-image file is partial: each one there is the local run's result
     assert_equal_to_local(work, tiny_run, done)
+    # what the shards finished and Snakemake removed, kept: the dry run (which
+    # changes nothing) counts them as there, the real run puts them back
+    kept = {
+        f.parent.parent / f.name
+        for folder in ("per_image", "per_image_ceiling")
+        for f in (work / "runs" / folder).glob("*/*/.kept-slurm-*/img*.pt")
+        if not (f.parent.parent / f.name).exists()
+    }
+    if kept:
+        assert f"would put back {len(kept)} per-image file(s)" in dry.stderr
     # 4 configurations x 2 images, and the noise ceiling's 4 second estimates
-    assert f"per-image computations left: {12 - len(done)}" in dry.stderr
+    left = 12 - len(done) - len(kept)
+    assert f"per-image computations left: {left}" in dry.stderr
 
 
 @pytest.mark.parametrize(

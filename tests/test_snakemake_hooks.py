@@ -274,3 +274,30 @@ def test_a_job_planned_that_was_not_missing_spreads_over_the_shards(
     run.n_shards = n_shards
     assert run.shard_of("a", "V1", 0) == "shard-00"
     assert run.shard_of("a", "V1", index) == expected
+
+
+def test_the_planning_views_internals_exist_as_used():
+    """`on_snakemake.adapter.show_snakemake` wraps three coroutine methods of
+    Snakemake's file class, calls them with these parameters, reads `file` and
+    builds the interface's `Mtime(local=...)`."""
+    import asyncio
+
+    import snakemake.api  # noqa: F401
+    from snakemake.io import _IOFile
+    from snakemake_interface_storage_plugins.io import Mtime
+
+    from multigeom_workflow.on_snakemake import adapter
+
+    for name, params in (
+        ("exists_local", ["self"]),
+        ("mtime_uncached", ["self", "skip_storage"]),
+        ("size_local", ["self"]),
+    ):
+        method = getattr(_IOFile, name)
+        assert asyncio.iscoroutinefunction(method), name
+        assert list(inspect.signature(method).parameters) == params, name
+        assert f"snakemake.io._IOFile.{name}" in adapter.INTERNALS
+    assert isinstance(_IOFile.file, property)
+    assert Mtime(local=12.5).local_or_storage(follow_symlinks=True) == 12.5
+    for name in adapter.INTERNALS:
+        assert name in hooks.INTERNALS

@@ -31,7 +31,9 @@ from .compute.kept import KEEP_ENV, choose_keep_method
 from .compute.request import RunSettings
 from .compute.workers import clean_after_killed_runs
 from .on_modal.preflight import before_modal_run
-from .planning.content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
+from .on_snakemake.adapter import INTERNALS as VIEW_INTERNALS
+from .on_snakemake.adapter import show_snakemake
+from .planning.before_planning import before_planning, content_inputs, record_contents
 from .planning.cost import budget_problem
 from .planning.live_view import set_plan
 from .planning.plan import estimate_lines, pending_images, progress, run_estimates
@@ -42,16 +44,8 @@ from .planning.slurm import (
     SlurmPlan,
     modal_plan,
     plan_for_run,
-    restore_ended_allocations,
     status_query_problem,
     submission_problem,
-)
-from .results.verify import (
-    bad_per_image_files,
-    changed_since_checked,
-    refresh_checked,
-    run_files,
-    set_aside,
 )
 from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import resolve_settings_file
@@ -97,6 +91,7 @@ INTERNALS = {
     "workflow.workdir_init": "the working directory the SLURM plugin submits from",
     "workflow.logger_manager.queue_listener": "the queue to the logger plugins",
     "workflow.logger_manager.plugin_handlers": "the logger plugins (idle ones)",
+    **VIEW_INTERNALS,  # the planning view of a dry run (on_snakemake/adapter.py)
 }
 
 
@@ -219,53 +214,6 @@ def check_installed_package(workflow) -> None:
         )
 
 
-def content_inputs(scenario: Scenario) -> list[str]:
-    """
-    The files the per-image results depend on, whose dates follow their content
-    (`multigeom_workflow.planning.content_dates`): every file under ``runs_dir`` but
-    the results (per-image files, metrics, ground truth), the configurations'
-    checkpoints wherever they are, the test images and TinyImageNet's archive.
-    """
-    runs = Path(scenario.runs_dir)
-    results = {"per_image", "per_image_ceiling", "metrics", "ground_truth"}
-    out = []
-    if runs.is_dir():
-        for root, dirs, files in os.walk(runs):
-            if Path(root) == runs:
-                dirs[:] = [d for d in dirs if d not in results]
-            out += [
-                os.path.join(root, f)
-                for f in files
-                if not f.startswith(".") and not f.endswith((".bad", ".part"))
-            ]
-    for c in scenario.configurations:
-        out += [c.encoder_ckpt, c.diffusion_ckpt]
-    images = list(scenario.test_image_files[: scenario.n_images])
-    out += images
-    if scenario.test_source == "tinyimagenet" and images:
-        from .settings.names import TINYIMAGENET_DIR
-
-        val = Path(images[0]).parents[2]  # <path>/tiny-imagenet-200/val/images/x
-        if val.name == TINYIMAGENET_DIR:
-            out.append(str(val.parent / f"{TINYIMAGENET_DIR}.zip"))
-    return sorted(set(out))
-
-
-def record_contents(scenario: Scenario, restore: bool = True):
-    """
-    Record the content of the run's inputs (`content_inputs`) in the registry, and
-    with `restore` give unchanged ones their recorded dates
-    (`keep_dates_of_unchanged_content`).
-
-    Returns
-    -------
-    multigeom_workflow.planning.content_dates.ContentDates
-    """
-    return keep_dates_of_unchanged_content(
-        content_inputs(scenario), Path(scenario.runs_dir) / REGISTRY_NAME, restore
-    )
-
-
 def on_end(workflow, run: Run) -> None:
     """
     At the end of a real run (``onsuccess``, ``onerror``): the inputs it made
@@ -282,28 +230,19 @@ def on_end(workflow, run: Run) -> None:
             _say(f"warning: {line}")
 
 
-def _repair_before_planning(scenario: Scenario) -> None:
+def _before_planning(scenario: Scenario, dryrun: bool) -> None:
     """
-    Before Snakemake plans: dates of unchanged inputs kept (`content_inputs`), and
-    every per-image file changed behind the check's back (`changed_since_checked`)
-    checked now; a bad one is named and set aside, so that this run recomputes it.
+    Before Snakemake plans (`multigeom_workflow.planning.before_planning`): in a real
+    run, files kept by SLURM allocations that ended early put back, unchanged inputs'
+    dates kept, changed per-image files checked and bad ones set aside; a dry run
+    changes nothing and says what would be done. Either way Snakemake is shown the
+    files as the real run leaves them (`show_snakemake`), so that its plan is the
+    real run's.
     """
-    restored = restore_ended_allocations(scenario)  # SLURM shards cut short
-    if restored:
-        _say(restored)
-    for line in record_contents(scenario).lines():
+    done = before_planning(scenario, dry=dryrun)
+    for line in done.lines:
         _say(line)
-    checked = scenario.layout.per_image_checked
-    changed = changed_since_checked([f for f, *_ in run_files(scenario)], checked)
-    if changed:
-        bad = bad_per_image_files(scenario, only=changed)
-        set_aside(f for f, _ in bad)
-        refresh_checked(checked, set(changed) - {f for f, _ in bad})
-        for f, problem in bad:
-            _say(
-                f"warning: per-image file {f} {problem} (changed since it was "
-                "checked): set aside as <name>.bad, computed again in this run"
-            )
+    show_snakemake(done.view)
 
 
 def job_seeds(scenario: Scenario) -> dict[str, int]:
@@ -397,9 +336,9 @@ def start(workflow, config: dict) -> Run:
     Everything the workflow does when Snakemake parses it, in order: the package
     check, the configuration (one ``config error:`` line and exit status 1 on a bad
     value), its notices, the inputs' dates and the changed per-image files
-    (`_repair_before_planning`, not inside a remote job), the run settings handed to
-    the jobs, the shard groups of a remote executor, a SLURM run's time limit, and the
-    dry run's estimate (`DryRunEstimate`).
+    (`_before_planning`, not inside a remote job; a dry run changes nothing), the
+    run settings handed to the jobs, the shard groups of a remote executor, a SLURM
+    run's time limit, and the dry run's estimate (`DryRunEstimate`).
 
     Returns
     -------
@@ -429,7 +368,7 @@ def start(workflow, config: dict) -> Run:
             _say(line)
     main = workflow.is_main_process  # not a job's own Snakemake (remote, subprocess)
     if main:
-        _repair_before_planning(scenario)
+        _before_planning(scenario, dryrun)
     _export_run_settings(workflow, config, scenario)
 
     run = Run(

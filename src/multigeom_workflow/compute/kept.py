@@ -41,13 +41,16 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
     "KEEP_ENV",
     "KEPT_PREFIX",
+    "EndedAllocations",
     "choose_keep_method",
     "drop_kept",
+    "ended_allocation_files",
     "keep_finished",
     "kept_files",
     "put_back",
@@ -312,13 +315,35 @@ def slurm_job_states(job_ids: Iterable[str]) -> dict[str, str]:
     return states
 
 
-def restore_after_ended_allocations(
+@dataclass
+class EndedAllocations:
+    """
+    What the allocations that ended early left kept (`ended_allocation_files`): read
+    only, so that a dry run can say it and a real run then does it
+    (`restore_after_ended_allocations`).
+
+    Attributes
+    ----------
+    put_back : list of (Path, Path)
+        (per-image file, its kept name) for each file missing now that comes back.
+    ended : list of str
+        ``"<jobid> <STATE>"`` of each allocation whose files come back.
+    drop : list of Path
+        Kept folders no longer needed (SLURM said their allocation ended).
+    """
+
+    put_back: list[tuple[Path, Path]] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    drop: list[Path] = field(default_factory=list)
+
+
+def ended_allocation_files(
     folders: Iterable[str | Path],
     states: Callable[[Iterable[str]], dict[str, str]] = slurm_job_states,
-) -> tuple[list[Path], list[str]]:
+) -> EndedAllocations:
     """
-    At the start of a run: put back the per-image files that allocations finished
-    before they ended early, and drop the kept folders no longer needed.
+    The per-image files that allocations finished before they ended early and that
+    are missing now, and the kept folders no longer needed; changes nothing.
 
     Parameters
     ----------
@@ -328,27 +353,25 @@ def restore_after_ended_allocations(
     states : callable
         Job ids -> SLURM state (default `slurm_job_states`); a job missing from the
         answer (SLURM did not say, or could not be asked) counts as not completed:
-        its files are put back, and its folder is kept (it may still be running).
+        its files come back, and its folder is kept (it may still be running).
 
     Returns
     -------
-    restored : list of Path
-        The per-image files put back.
-    ended : list of str
-        ``"<jobid> <STATE>"`` of each allocation whose files were put back.
+    EndedAllocations
 
     Notes
     -----
     A folder of an allocation still queued or running is left as it is; one of an
-    allocation that ``COMPLETED`` is removed without putting anything back.
+    allocation that ``COMPLETED`` is dropped without putting anything back.
     """
+    out = EndedAllocations()
     kept_dirs = [
         d for f in folders for d in Path(f).glob(f"{KEPT_PREFIX}*") if d.is_dir()
     ]
     if not kept_dirs:
-        return [], []
+        return out
     known = states({d.name[len(KEPT_PREFIX) :] for d in kept_dirs})
-    restored, ended = [], set()
+    ended, seen = set(), set()
     for d in kept_dirs:
         job = d.name[len(KEPT_PREFIX) :]
         state = known.get(job, "UNKNOWN")
@@ -356,11 +379,42 @@ def restore_after_ended_allocations(
             continue
         if state != "COMPLETED":
             for kept in sorted(d.glob("img*.pt")):
-                out = d.parent / kept.name
-                if not out.exists():
-                    second_name(kept, out, os.environ.get(KEEP_ENV, "link"))
-                    restored.append(out)
+                target = d.parent / kept.name
+                if target not in seen and not target.exists():
+                    seen.add(target)
+                    out.put_back.append((target, kept))
                     ended.add(f"{job} {state}")
         if state != "UNKNOWN":  # SLURM said it ended: its copies are no longer needed
-            shutil.rmtree(d, ignore_errors=True)
-    return restored, sorted(ended)
+            out.drop.append(d)
+    out.ended = sorted(ended)
+    return out
+
+
+def restore_after_ended_allocations(
+    folders: Iterable[str | Path],
+    states: Callable[[Iterable[str]], dict[str, str]] = slurm_job_states,
+) -> tuple[list[Path], list[str]]:
+    """
+    At the start of a real run: put back the per-image files that allocations finished
+    before they ended early (`ended_allocation_files`), and drop the kept folders no
+    longer needed. A file that cannot be put back (a folder the user may not write)
+    is left out: the run computes it.
+
+    Returns
+    -------
+    restored : list of Path
+        The per-image files put back.
+    ended : list of str
+        ``"<jobid> <STATE>"`` of each allocation whose files were put back.
+    """
+    found = ended_allocation_files(folders, states)
+    restored = []
+    for target, kept in found.put_back:
+        try:
+            second_name(kept, target, os.environ.get(KEEP_ENV, "link"))
+        except OSError:
+            continue
+        restored.append(target)
+    for d in found.drop:
+        shutil.rmtree(d, ignore_errors=True)
+    return restored, found.ended if restored else []

@@ -60,50 +60,101 @@ def _stat_key(st: os.stat_result) -> list[int]:
 @dataclass
 class ContentDates:
     """
-    What `keep_dates_of_unchanged_content` did.
+    What `keep_dates_of_unchanged_content` did, or in a dry run would do.
 
     Attributes
     ----------
     restored : list of str
         Files whose date changed with their content the same: their recorded date is
-        back.
+        back (in a dry run: would be).
     changed : list of str
         Files whose content changed since it was recorded: they keep their date, and
         Snakemake recomputes what depends on them.
     hashed : int
         Files read whole (new to the registry, or whose status changed).
+    dates : dict of str to int
+        Files Snakemake must see with their recorded date (ns since the epoch) that do
+        not have it on disk: every restored one in a dry run, which changes nothing,
+        and in a real run those whose date could not be set (`refused`).
+        `multigeom_workflow.snakemake_hooks` shows Snakemake these dates while it plans.
+    refused : list of (str, str)
+        (file, reason) of each date this run could not set (the file is another
+        user's, or on a read-only mount).
+    registry_problem : str or None
+        Why the registry could not be written, or None.
+    dry : bool
+        A dry run: nothing was written.
     """
 
     restored: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
     hashed: int = 0
+    dates: dict[str, int] = field(default_factory=dict)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    registry_problem: str | None = None
+    dry: bool = False
 
     def lines(self) -> list[str]:
         """One notice line per kind of change (none when nothing changed)."""
         out = []
-        if self.restored:
+        if self.restored and self.dry:
+            out.append(
+                f"would keep the recorded date of {len(self.restored)} input file(s) "
+                f"with a new date but the same content (first: {self.restored[0]}): "
+                "nothing would be recomputed for them (a dry run changes no file; "
+                "docs/estimates.md)"
+            )
+        elif self.restored:
             out.append(
                 f"{len(self.restored)} input file(s) have a new date but the same "
                 f"content (first: {self.restored[0]}): their recorded date is kept, "
                 "so nothing is recomputed for them (docs/estimates.md)"
             )
+        if self.refused:
+            f, why = self.refused[0]
+            out.append(
+                f"warning: could not set the recorded date of {len(self.refused)} "
+                f"input file(s) with unchanged content (first: {f}: {why}): this run "
+                "plans as if they had it, so nothing is recomputed for them"
+            )
         if self.changed:
             out.append(
                 f"{len(self.changed)} input file(s) have new content (first: "
-                f"{self.changed[0]}): what depends on them is recomputed"
+                f"{self.changed[0]}): what depends on them "
+                f"{'would be' if self.dry else 'is'} recomputed"
+            )
+        if self.registry_problem:
+            out.append(
+                f"warning: could not write the content registry: "
+                f"{self.registry_problem}; the next run reads these files again"
             )
         return out
 
 
+def _reason(err: OSError) -> str:
+    """An OSError in a few words: its class and the system's message."""
+    return f"{type(err).__name__}: {err.strerror or err}"
+
+
 def keep_dates_of_unchanged_content(
-    files: Iterable[str | Path], registry: str | Path, restore: bool = True
+    files: Iterable[str | Path],
+    registry: str | Path,
+    restore: bool = True,
+    dry: bool = False,
 ) -> ContentDates:
     """
     Give every file of `files` whose content is the one recorded in `registry` its
     recorded modification time back; record new and changed files. With `restore`
     False, only record what is there (at the end of a run: a file a job of the run
     rewrote with the same bytes keeps the date the job gave it, so that it is never
-    made older than an input that changed).
+    made older than an input that changed). With `dry` (``snakemake -n``), write
+    nothing: say what a real run would do, and hand the dates it would set to the
+    planning (`ContentDates.dates`).
+
+    A date that cannot be set (``os.utime`` refused: a file of another user, a
+    read-only mount) or a registry that cannot be written never stops the run: each
+    is said in one line (`ContentDates.lines`), and the refused dates are shown to
+    Snakemake as they would have been.
 
     Parameters
     ----------
@@ -126,7 +177,7 @@ def keep_dates_of_unchanged_content(
         entries = data["files"] if data.get("version") == _VERSION else {}
     except (OSError, ValueError, KeyError, AttributeError):
         entries = {}
-    out = ContentDates()
+    out = ContentDates(dry=dry)
     dirty = False
     for f in dict.fromkeys(map(str, files)):
         try:
@@ -141,8 +192,16 @@ def keep_dates_of_unchanged_content(
         out.hashed += 1
         if known and known[3] == digest and known[0] == st.st_size:
             if restore and known[1] != st.st_mtime_ns:
-                os.utime(f, ns=(st.st_atime_ns, known[1]))
                 out.restored.append(f)
+                if dry:
+                    out.dates[f] = known[1]
+                    continue
+                try:
+                    os.utime(f, ns=(st.st_atime_ns, known[1]))
+                except OSError as err:
+                    out.refused.append((f, _reason(err)))
+                    out.dates[f] = known[1]
+                    continue  # its entry stays: the next run tries again
             key = _stat_key(os.stat(f))  # the status-change time moved
             entries[f] = [*key, digest]
         else:
@@ -150,7 +209,12 @@ def keep_dates_of_unchanged_content(
                 out.changed.append(f)
             entries[f] = [*key, digest]
         dirty = True
-    if dirty:
-        with atomic_path(registry) as tmp:
-            Path(tmp).write_text(json.dumps({"version": _VERSION, "files": entries}))
+    if dirty and not dry:
+        try:
+            with atomic_path(registry) as tmp:
+                Path(tmp).write_text(
+                    json.dumps({"version": _VERSION, "files": entries})
+                )
+        except OSError as err:
+            out.registry_problem = f"{registry}: {_reason(err)}"
     return out
