@@ -389,3 +389,26 @@ def test_assert_names_fails_on_a_line_that_does_not_name():
             assert_names(line, key, value, allowed)
     with pytest.raises(AssertionError):
         assert_names(line + "\nTraceback", "n_images", 17, [])
+
+
+def test_nested_values_of_the_command_line_are_read_as_yaml():
+    """
+    ``--config 'modal={gpu: H100, max_cost_usd: 5}'``: Snakemake's own parser
+    (snakemake/cli.py, `parse_config`, YAML's BaseLoader) hands every nested value as
+    a string; the workflow reads a refused one as YAML (5, not '5'), and a value
+    still refused is named as YAML reads it.
+    """
+    from snakemake.cli import parse_config
+
+    given = parse_config(["modal={gpu: H100, max_cost_usd: 5}"])
+    assert given == {"modal": {"gpu": "H100", "max_cost_usd": "5"}}
+    scenario = validated_scenario(tiny(**given), REPO)
+    assert scenario.modal["max_cost_usd"] == 5 and scenario.modal["gpu"] == "H100"
+    negative = parse_config(["modal={gpu: H100, max_cost_usd: -5}"])
+    with pytest.raises(ConfigError) as err:
+        validated_scenario(tiny(**negative), REPO)
+    assert_names(str(err.value), "modal.max_cost_usd", -5, [">=", "0"])
+    text = parse_config(["modal={max_cost_usd: five}"])
+    with pytest.raises(ConfigError) as err:
+        validated_scenario(tiny(**text), REPO)
+    assert_names(str(err.value), "modal.max_cost_usd", "five", ["number"])

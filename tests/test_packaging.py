@@ -41,3 +41,22 @@ def test_environment_and_pyproject_agree():
     python = next(d for d in env["dependencies"] if str(d).startswith("python="))
     version = python.split("=", 1)[1]
     assert Requirement(f"x{project['requires-python']}").specifier.contains(version)
+
+
+def test_config_readme_names_every_key_of_the_schema():
+    """config/README.md (the snakemake-workflows catalog's place for what each key
+    does) names every key of the schema, nested ones as ``parent.key``, and every
+    file of config/."""
+    import yaml
+
+    schema = yaml.safe_load((REPO / "config/schemas/config.schema.yaml").read_text())
+    readme = (REPO / "config/README.md").read_text()
+    keys = []
+    for key, spec in schema["properties"].items():
+        keys.append(key)
+        keys += [f"{key}.{sub}" for sub in spec.get("properties", {})]
+    keys += list(schema["$defs"]["configuration"]["properties"])
+    missing = [k for k in keys if f"`{k}`" not in readme]
+    assert not missing, missing
+    files = [p.name for p in (REPO / "config").glob("*.yaml")]
+    assert all(f"`{name}`" in readme for name in files), files

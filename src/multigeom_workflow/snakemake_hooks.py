@@ -49,7 +49,7 @@ from .planning.slurm import (
 )
 from .scenario import ConfigError, Scenario, validated_scenario
 from .settings.files import resolve_settings_file
-from .settings.names import CEILING_ROW, PER_IMAGE_RULES
+from .settings.names import CEILING_ROW, CEILING_RULE, ESTIMATE_RULE, PER_IMAGE_RULES
 
 __all__ = [
     "INTERNALS",
@@ -258,10 +258,10 @@ def job_seeds(scenario: Scenario) -> dict[str, int]:
     ceiling = int(ceiling_estimator(scenario.estimator)["seed"])
     out = {}
     for c in scenario.configurations:
-        out[f"{PER_IMAGE_RULES[0]}/{c.encoder}/{c.area}"] = int(
+        out[f"{ESTIMATE_RULE}/{c.encoder}/{c.area}"] = int(
             scenario.estimator_of(c.encoder, c.area)["seed"]
         )
-        out[f"{PER_IMAGE_RULES[1]}/{c.encoder}/{c.area}"] = ceiling
+        out[f"{CEILING_RULE}/{c.encoder}/{c.area}"] = ceiling
     return out
 
 
@@ -551,7 +551,7 @@ def estimate_resources(run: Run) -> dict:
     return out
 
 
-def settle_per_image_rules(workflow, name: str = "estimate_image_ceiling") -> None:
+def settle_per_image_rules(workflow, name: str = CEILING_RULE) -> None:
     """
     Once both per-image rules are defined: give the rule `name` (the noise ceiling's,
     estimate_image_ceiling) the resources that a profile or the command line sets for
@@ -566,7 +566,7 @@ def settle_per_image_rules(workflow, name: str = "estimate_image_ceiling") -> No
     target = workflow.get_rule(name)
     given = workflow.resource_settings.overwrite_resources
     own = Resources(dict(given.get(target.name, {})))
-    shared = Resources(dict(given.get("estimate_image", {})))
+    shared = Resources(dict(given.get(ESTIMATE_RULE, {})))
     target.resources.update(
         Resources({name: r for name, r in shared.items() if name not in own})
     )
@@ -728,7 +728,7 @@ def shard_request(workflow) -> dict[str, str]:
     from snakemake.resources import Resource
 
     out = {}
-    for name, res in workflow.get_rule(PER_IMAGE_RULES[0]).resources.items():
+    for name, res in workflow.get_rule(ESTIMATE_RULE).resources.items():
         if name not in SHARD_ASKS:
             continue
         if isinstance(res, Resource):
@@ -795,7 +795,7 @@ def plan_counts(scenario: Scenario, planned) -> tuple[dict, dict, list]:
     for rule, config, index in planned:
         if config not in left:
             continue
-        left[config][rule == PER_IMAGE_RULES[1]] += 1
+        left[config][rule == CEILING_RULE] += 1
         images[(config, index)] = None
     done = {k: (scenario.n_images - n, scenario.n_images) for k, (n, _) in left.items()}
     ceiling = {
@@ -931,7 +931,7 @@ def _planned_files(scenario: Scenario, planned) -> dict[str, list[str]]:
     if scenario.ceiling_images:
         out[CEILING_ROW] = []
     for rule, (encoder, area), index in planned:
-        if rule == PER_IMAGE_RULES[0]:
+        if rule == ESTIMATE_RULE:
             row, path = f"{encoder}/{area}", scenario.per_image_file
         else:
             row, path = CEILING_ROW, scenario.ceiling_file

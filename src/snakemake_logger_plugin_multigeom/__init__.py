@@ -22,6 +22,8 @@ from typing import Optional
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.settings import LogHandlerSettingsBase
 
+from multigeom_workflow.settings.names import ESTIMATE_RULE
+
 __all__ = ["LogHandler", "LogHandlerSettings"]
 
 # No `from __future__ import annotations` here: Snakemake reads the settings' types
@@ -122,7 +124,7 @@ class LogHandler(LogHandlerBase):
             self.state is not None
             and not self._first_job_seen
             and getattr(record, "event", None) == "job_info"
-            and getattr(record, "rule_name", None) == "estimate_image"
+            and getattr(record, "rule_name", None) == ESTIMATE_RULE
         ):
             # the rate counts from the first per-image job, not from the assets' build
             self._first_job_seen = True

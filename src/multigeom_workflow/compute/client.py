@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from ..settings.layout import is_ceiling_file, parse_image_file
-from ..settings.names import PER_IMAGE_RULES
+from ..settings.names import CEILING_RULE, ESTIMATE_RULE
 from .gpus import (
     allocation_cpus,
     compute_lock,
@@ -69,7 +69,7 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
         key = parse_image_file(args.output)
     except ValueError as err:
         p.error(str(err))
-    rule = PER_IMAGE_RULES[1] if is_ceiling_file(args.output) else PER_IMAGE_RULES[0]
+    rule = CEILING_RULE if is_ceiling_file(args.output) else ESTIMATE_RULE
     image, encoder_ckpt, diffusion_ckpt = args.input
     run = RunSettings.from_env()
     estimator = run.estimator_of(rule, key.encoder, key.area)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from ..compute.kept import restore_after_ended_allocations
 from ..scenario import Scenario
 from ..settings.errors import ConfigError
+from ..settings.names import ESTIMATE_RULE
 from .cost import DEFAULT_STARTUP_S, read_timings
 from .plan import _seconds_per_image, pending_images
 from .shards import SHARD_GROUP, make_shards, num_shards
@@ -591,7 +592,7 @@ def plan_for_run(
     executor : str or None
         The executor in use (`multigeom_workflow.snakemake_hooks.executor_in_use`).
     """
-    own = resource_settings.overwrite_resources.get("estimate_image", {})
+    own = resource_settings.overwrite_resources.get(ESTIMATE_RULE, {})
     default = resource_settings.default_resources or {}
     asked = [name for r in (own, default) for name in dict(r)]
     if remote_exec:

@@ -227,14 +227,48 @@ def validated_scenario(
     if isinstance(config.get("configs"), dict):
         config["configs"] = [config["configs"]]
     schema = Path(workflow_dir) / "config" / "schemas" / "config.schema.yaml"
-    try:
-        validate(config, str(schema))
-    except WorkflowError as err:
-        cause = err.__context__  # what Snakemake's validate raised from
-        if not isinstance(cause, jsonschema.ValidationError):
-            raise
-        raise ConfigError(schema_error_line(cause)) from None
+    read_as_yaml: set[tuple] = set()
+    while True:
+        try:
+            validate(config, str(schema))
+            break
+        except WorkflowError as err:
+            cause = err.__context__  # what Snakemake's validate raised from
+            if not isinstance(cause, jsonschema.ValidationError):
+                raise
+            path = tuple(cause.absolute_path)
+            if path not in read_as_yaml and _read_nested_text(config, cause):
+                read_as_yaml.add(path)  # once: refused again, the error says why
+                continue
+            raise ConfigError(schema_error_line(cause)) from None
     return load_scenario(config, workflow_dir, remote)
+
+
+def _read_nested_text(config: dict, error) -> bool:
+    """
+    Read a nested value given as text in YAML, where the schema refused the text:
+    Snakemake parses ``--config key=value`` values as int, float, bool, then with
+    YAML's BaseLoader, which leaves every value inside a mapping a string
+    (snakemake/cli.py, `parse_config`): ``--config 'modal={gpu: T4, max_cost_usd:
+    5}'`` gives ``max_cost_usd: '5'``. Returns whether the value was replaced (by an
+    int, float, bool or null that YAML reads from it).
+    """
+    import yaml
+
+    path = list(error.absolute_path)
+    if len(path) < 2 or not isinstance(error.instance, str):
+        return False
+    try:
+        value = yaml.safe_load(error.instance)
+    except yaml.YAMLError:
+        return False
+    if isinstance(value, str) or not isinstance(value, (int, float, bool, type(None))):
+        return False
+    parent = config
+    for part in path[:-1]:
+        parent = parent[part]
+    parent[path[-1]] = value
+    return True
 
 
 def load_scenario(

@@ -36,9 +36,13 @@ PAPER_ENCODERS = ("inception", "resnet50", "onoff")
 PAPER_AREAS = ("V1", "V4")
 ENCODERS = tuple(dict.fromkeys(PAPER_ENCODERS + DEMO_ENCODERS))
 AREAS = PAPER_AREAS + DEMO_AREAS
-#: The rules whose jobs are per-image computations: a run's estimates
-#: (rules/estimate.smk) and the noise ceiling's second ones (rules/science.smk).
-PER_IMAGE_RULES = ("estimate_image", "estimate_image_ceiling")
+#: The rule of a run's per-image estimates (rules/estimate.smk).
+ESTIMATE_RULE = "estimate_image"
+#: The rule of the noise ceiling's second estimates (rules/science.smk): the same
+#: computation with the ceiling's seed, its resources those of `ESTIMATE_RULE`.
+CEILING_RULE = "estimate_image_ceiling"
+#: The rules whose jobs are per-image computations, by name.
+PER_IMAGE_RULES = (ESTIMATE_RULE, CEILING_RULE)
 #: The row of the noise ceiling's second estimates (all configurations) where the dry
 #: run's estimate, ``multigeom-workflow progress`` and the live view count them.
 CEILING_ROW = "noise ceiling"
