@@ -113,10 +113,8 @@ def truth_alignment(
     truth : iterable of path
         Ground-truth files ``.../<area>/img{i:04d}.pt`` (keys ``J_eigenvalues``,
         ``J_eigenvectors``), paired with the configurations of the same area.
-    max_k : int
-        Largest k.
-    out : str or Path, optional
-        JSON file written atomically.
+    max_k, out
+        As in `noise_ceiling`.
 
     Returns
     -------

@@ -248,29 +248,13 @@ def inspect_per_image_file(
     return None, d
 
 
-def check_per_image_file(
-    path: str | Path,
-    *,
-    encoder: str,
-    area: str,
-    index: int,
-    expected: Expected,
-    image_file: str | Path | None = None,
-    ceiling: bool = False,
-) -> str | None:
+def check_per_image_file(path: str | Path, **where) -> str | None:
     """
-    The problem of a per-image file in a few words, or None when it is good
-    (`inspect_per_image_file`'s parameters).
+    The problem of a per-image file in a few words, or None when it is good: the
+    first half of `inspect_per_image_file`, whose keyword parameters (``encoder``,
+    ``area``, ``index``, ``expected``, ``image_file``, ``ceiling``) it takes.
     """
-    return inspect_per_image_file(
-        path,
-        encoder=encoder,
-        area=area,
-        index=index,
-        expected=expected,
-        image_file=image_file,
-        ceiling=ceiling,
-    )[0]
+    return inspect_per_image_file(path, **where)[0]
 
 
 def run_files(scenario) -> list[tuple[str, str, str, int, bool]]:
