@@ -2,12 +2,12 @@
 # Any bad value stops the run here, before any job, with one line naming the key, the
 # value and what is allowed. What the workflow does to Snakemake itself (the run's
 # settings handed to the jobs, shard groups, resources, the dry run's estimate, the
-# checks before the first job) is multigeom_workflow.snakemake_hooks.
+# checks before the first job) is the package multigeom_workflow.on_snakemake.
 
 from snakemake.exceptions import WorkflowError
 
 try:
-    from multigeom_workflow import snakemake_hooks as hooks
+    from multigeom_workflow import on_snakemake as hooks
     from multigeom_workflow.results.verify import CHECKED_LIST_COLUMNS
     from multigeom_workflow.settings.layout import WILDCARD_CONSTRAINTS
 except ImportError as err:

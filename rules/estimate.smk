@@ -5,7 +5,7 @@
 # (the same image gives the same result wherever it runs). The job is a light process
 # (multigeom_workflow.compute.client, no torch) that holds a slot and hands its request
 # to the slot's warm worker; what all jobs share comes resolved in MULTIGEOM_RUN
-# (multigeom_workflow.snakemake_hooks).
+# (multigeom_workflow.on_snakemake.start).
 
 import shlex
 import sys

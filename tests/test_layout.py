@@ -20,7 +20,7 @@ LAYERS = [
     {"results"},
     {"planning"},
     {"on_modal", "on_slurm"},
-    {"snakemake_hooks"},
+    {"on_snakemake"},
     {"cli"},
 ]
 

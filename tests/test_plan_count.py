@@ -314,3 +314,56 @@ def test_another_image_source_is_counted(tiny_copy, tmp_path):
     result = dry(tiny_copy, configfile=configfile)
     # Snakemake's "input" trigger: every per-image job has another image file
     assert header_left(result) == 12
+
+
+def normalized(output: str) -> list[str]:
+    """
+    A dry run's output as two runs can be compared: Snakemake's dates and workflow id
+    left out, its job blocks (``rule x:`` and their indented lines) sorted, and the
+    file lists of its reasons sorted (Snakemake lists jobs and files in an order that
+    follows string hashes: "The order of jobs does not reflect the order of
+    execution"); every other line, the workflow's included, in its order.
+    """
+    lines, blocks, block = [], [], None
+    for line in output.splitlines():
+        if re.fullmatch(r"\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]", line):
+            continue
+        if line.startswith(("  Date: ", "  Workflow ID: ")):
+            continue
+        if re.match(r"(local)?rule \w+:$", line):
+            block = [line]
+            blocks.append(block)
+            if "<jobs>" not in lines:
+                lines.append("<jobs>")
+            continue
+        if block is not None and line.startswith("    "):
+            if line.startswith("    reason: "):
+                clauses = []
+                for clause in line[len("    reason: ") :].split("; "):
+                    what, _, files = clause.rpartition(": ")
+                    clauses.append(what + ": " + ", ".join(sorted(files.split(", "))))
+                line = "    reason: " + "; ".join(clauses)
+            block.append(line)
+            continue
+        block = None
+        lines.append(line)
+    return lines + sorted("\n".join(b) for b in blocks)
+
+
+@pytest.mark.parametrize("profile", [None, "slurm"])
+def test_the_dry_run_says_the_same_with_the_speed_patches_off(tiny_copy, profile):
+    """``MULTIGEOM_SPEED_PATCHES=off`` (on_snakemake/adapter.py: Snakemake as it
+    comes) changes nothing a dry run says: its plan, its job statistics and the
+    workflow's estimate are the same, line for line (job blocks in Snakemake's
+    hash-dependent order sorted)."""
+    (tiny_copy / "runs/per_image/onoff/simple/img0001.pt").unlink()
+    args = [] if profile is None else ["--profile", str(REPO / "profiles" / profile)]
+    said = {}
+    for switch in ("on", "off"):
+        result = run_snakemake(
+            tiny_copy, "-n", *args, env={"MULTIGEOM_SPEED_PATCHES": switch}
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        said[switch] = normalized(result.stdout + result.stderr)
+    assert said["on"] == said["off"]
+    assert any("per-image computations left: 1" in line for line in said["on"])

@@ -142,7 +142,7 @@ def test_the_noise_ceilings_estimates_have_a_row_of_their_own(tmp_path, monkeypa
     from conftest import REPO, TINY_CONFIG
 
     from multigeom_workflow.scenario import validated_scenario
-    from multigeom_workflow.snakemake_hooks import _planned_files
+    from multigeom_workflow.planning.plan import planned_files as _planned_files
 
     monkeypatch.chdir(tmp_path)
     scenario = validated_scenario(yaml.safe_load(TINY_CONFIG.read_text()), REPO)

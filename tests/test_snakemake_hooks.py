@@ -1,7 +1,9 @@
 """
-multigeom_workflow.snakemake_hooks: the one module that acts on the running Snakemake.
-Each Snakemake internal it uses still exists in the installed Snakemake (an upgrade
-that changes one fails here), and its small functions give the right values.
+multigeom_workflow.on_snakemake.adapter: the one module that touches Snakemake's
+internals. No other module of the package reads one (a scan of their code); each
+internal it uses still exists in the installed Snakemake (an upgrade that changes one
+fails here: CI runs this file with the oldest and the newest Snakemake accepted), and
+its small functions give the right values. The speed patches are off with one switch.
 """
 
 from __future__ import annotations
@@ -12,30 +14,93 @@ from types import SimpleNamespace
 
 import pytest
 
-from multigeom_workflow import snakemake_hooks as hooks
+from multigeom_workflow.on_snakemake import adapter as hooks
+from multigeom_workflow.on_snakemake.run import Run
+from multigeom_workflow.planning.plan import plan_counts
+
+#: Attributes of Snakemake's objects that only the adapter may read or write.
+INTERNAL_ATTRIBUTES = {
+    "parent_groupids",
+    "overwrite_resources",
+    "default_resources",
+    "global_resources",
+    "needrun_jobs",
+    "RUN_INFO",
+    "NOTHING_TO_BE_DONE_MSG",
+    "cli_evaluator",
+    "register_in_globals",
+    "overwrite_function_params",
+    "get_function_params",
+    "queue_listener",
+    "plugin_handlers",
+    "logger_manager",
+    "args_to_api",
+    "workdir_init",
+    "executor_plugin",
+    "executor_settings",
+    "resource_settings",
+    "output_settings",
+    "is_main_process",
+    "remote_exec",
+    "local_exec",
+    "get_rule",
+    "scheduler",
+    "dag",
+    "_IOFile",
+    "mtime_uncached",
+    "exists_local",
+    "size_local",
+    "is_evaluable",
+}
 
 
-def test_every_internal_in_use_is_named():
-    """The module's source uses no Snakemake attribute that INTERNALS does not name."""
-    source = inspect.getsource(hooks)
-    for needle in (
-        "parent_groupids",
-        "overwrite_resources",
-        "global_resources",
-        "needrun_jobs",
-        "RUN_INFO",
-        "cli_evaluator",
-        "register_in_globals",
-        "overwrite_function_params",
-        "queue_listener",
-        "plugin_handlers",
-        "Resource.evaluate",
-        "args_to_api",
-        "workdir_init",
-        "executor_plugin",
-    ):
-        assert needle in source
-        assert any(needle in name for name in hooks.INTERNALS), needle
+def attributes_read(path) -> set[str]:
+    """The names read as attributes (``x.name``) or imported (``from m import name``)
+    in the code of a module: strings and comments left out (Python's tokenizer)."""
+    import io
+    import tokenize
+
+    tokens = list(tokenize.generate_tokens(io.StringIO(path.read_text()).readline))
+    out = set()
+    for prev, tok in zip(tokens, tokens[1:], strict=False):
+        if tok.type == tokenize.NAME and (
+            (prev.type == tokenize.OP and prev.string == ".")
+            or (prev.type == tokenize.NAME and prev.string == "import")
+        ):
+            out.add(tok.string)
+    for i, tok in enumerate(tokens):  # from x import (a, b, c)
+        if tok.type == tokenize.NAME and tok.string == "import":
+            for t in tokens[i + 1 :]:
+                if t.type == tokenize.NEWLINE:
+                    break
+                if t.type == tokenize.NAME:
+                    out.add(t.string)
+    return out
+
+
+def test_only_the_adapter_touches_snakemake_internals():
+    """No module of the workflow's packages but on_snakemake/adapter.py reads one of
+    Snakemake's internal attributes (rule files and scripts: Snakemake's documented
+    Snakefile API only), and each one the adapter uses is named in its INTERNALS."""
+    from pathlib import Path
+
+    import multigeom_workflow
+
+    src = Path(multigeom_workflow.__file__).parent.parent
+    adapter_file = Path(hooks.__file__)
+    offenders = {}
+    for path in sorted(src.rglob("*.py")):
+        if path == adapter_file:
+            continue
+        used = attributes_read(path) & INTERNAL_ATTRIBUTES
+        if used:
+            offenders[str(path.relative_to(src))] = sorted(used)
+    assert not offenders, offenders
+    used = attributes_read(adapter_file) & INTERNAL_ATTRIBUTES
+    named = " ".join(hooks.INTERNALS)
+    missing = sorted(n for n in used if n not in named and n != "dag")
+    assert not missing, missing
+    assert "workflow.dag.needrun_jobs" in hooks.INTERNALS
 
 
 def test_the_internals_exist_in_the_installed_snakemake():
@@ -83,12 +148,12 @@ def test_the_internals_exist_in_the_installed_snakemake():
 
 
 def test_the_executor_in_use_is_read_from_the_call_that_parses_the_workflow():
-    """executor_in_use finds args_to_api's args.executor up the stack (Snakemake's
-    command line parses the Snakefile inside it), None outside it."""
-    assert hooks.executor_in_use() is None
+    """executor_from_command_line finds args_to_api's args.executor up the stack
+    (Snakemake's command line parses the Snakefile inside it), None outside it."""
+    assert hooks.executor_from_command_line() is None
 
     def parse():
-        return hooks.executor_in_use()
+        return hooks.executor_from_command_line()
 
     namespace = {"__name__": "snakemake.cli", "parse": parse}
     exec("def args_to_api(args, parser):\n    return parse()\n", namespace)
@@ -134,7 +199,7 @@ def test_constant_set_resources_are_evaluated_once_to_snakemake_s_value():
         ).value
 
     before = {k: snakemake_value(r) for k, r in rule.resources.items() if k != "bad"}
-    hooks.settle_constant_resources(rule)
+    hooks._settle_constant_resources(rule)
     settled = {k for k, r in rule.resources.items() if not r.is_evaluable()}
     assert settled == {
         "mem_mb",
@@ -174,7 +239,7 @@ def test_resource_evaluation_reads_its_signature_once(monkeypatch):
     assert set(before) == {"args", "kwargs"}
     assert get_input_function_aux_params(runtime.evaluate, offered) == offered
 
-    hooks.settle_resource_evaluation()
+    hooks._settle_resource_evaluation()
 
     def no_signature(*args, **kwargs):
         raise AssertionError("inspect.signature called")
@@ -233,12 +298,13 @@ def test_an_idle_multigeom_logger_plugin_loses_its_queue_in_a_dry_run():
     ):
         m = manager(dryrun, other)
         assert (
-            hooks.idle_logger_plugin_off(SimpleNamespace(logger_manager=m)) is expected
+            hooks.idle_logger_plugin_off(SimpleNamespace(logger_manager=m), LogHandler)
+            is expected
         )
         queued = [h for h in m.logger.handlers if isinstance(h, QueueHandler)]
         assert len(queued) == (0 if expected else 1)
         assert len(m.logger.handlers) == (1 if expected else 2)  # the rest stays
-    assert hooks.idle_logger_plugin_off(SimpleNamespace()) is False  # no manager
+    assert hooks.idle_logger_plugin_off(SimpleNamespace(), LogHandler) is False
 
 
 def scenario(n_images=4, ceiling_images=1, configs=(("a", "V1"), ("b", "V1"))):
@@ -256,7 +322,7 @@ def test_plan_counts_reads_the_planned_jobs():
         ("estimate_image_ceiling", ("a", "V1"), 0),
         ("estimate_image", ("a", "V1"), 0),
     ]
-    done, ceiling, pending = hooks.plan_counts(scenario(), planned)
+    done, ceiling, pending = plan_counts(scenario(), planned)
     assert done == {("a", "V1"): (2, 4), ("b", "V1"): (3, 4)}
     assert ceiling == {("a", "V1"): (0, 1), ("b", "V1"): (1, 1)}
     # both estimates of an image are one image for the shards
@@ -270,7 +336,7 @@ def test_plan_counts_reads_the_planned_jobs():
 def test_a_job_planned_that_was_not_missing_spreads_over_the_shards(
     n_shards, index, expected
 ):
-    run = hooks.Run(scenario=scenario(), shards={(("a", "V1"), 0): "shard-00"})
+    run = Run(scenario=scenario(), shards={(("a", "V1"), 0): "shard-00"})
     run.n_shards = n_shards
     assert run.shard_of("a", "V1", 0) == "shard-00"
     assert run.shard_of("a", "V1", index) == expected
@@ -299,5 +365,135 @@ def test_the_planning_views_internals_exist_as_used():
         assert f"snakemake.io._IOFile.{name}" in adapter.INTERNALS
     assert isinstance(_IOFile.file, property)
     assert Mtime(local=12.5).local_or_storage(follow_symlinks=True) == 12.5
-    for name in adapter.INTERNALS:
-        assert name in hooks.INTERNALS
+
+
+def test_the_run_s_facts_and_settings_exist_on_snakemake_s_workflow():
+    """What `facts`, `given_resources`, `executor_name`, `slurm_status_command`,
+    `submit_dir`, `limit_local_gpus` and `planned_jobs` read of the workflow object
+    and its jobs is there in the installed Snakemake, and a value of set-resources
+    is read as written (`Resource.raw`: a placeholder ``SET-...`` is never lost to
+    an evaluation)."""
+    import snakemake.api  # noqa: F401
+    from snakemake.iocontainers import Namedlist
+    from snakemake.resources import Resource, Resources
+    from snakemake.settings.types import ResourceSettings
+    from snakemake.workflow import Workflow
+
+    source = inspect.getsource(Workflow)
+    declared = {f.name for f in dataclasses.fields(Workflow)}
+    for name in (
+        "output_settings",
+        "is_main_process",
+        "remote_exec",
+        "local_exec",
+        "resource_settings",
+        "executor_settings",
+        "executor_plugin",
+        "workdir_init",
+        "basedir",
+        "dag",
+        "scheduler",
+    ):
+        assert (
+            name in declared or f"def {name}(" in source or f"self.{name} =" in source
+        ), name
+    fields = {f.name for f in dataclasses.fields(ResourceSettings)}
+    assert {"default_resources", "overwrite_resources", "resources"} <= fields
+    assert callable(Namedlist.items)
+    account = Resource.from_cli_expression("slurm_account", "SET-your-account")
+    assert account.raw == "SET-your-account" and account.is_evaluable()
+    assert Resource("mem_mb", 16000).value == 16000
+    settings = ResourceSettings(
+        cores=2,
+        nodes=None,
+        resources=Resources({"gpu": Resource("gpu", 2)}),
+        overwrite_resources={"estimate_image": Resources({"slurm_account": account})},
+        default_resources=Resources(
+            {"mem_mb": Resource.from_cli_expression("mem_mb", "'8000'")}
+        ),
+    )
+    given = hooks.given_resources(SimpleNamespace(resource_settings=settings))
+    assert given.per_rule == {"estimate_image": {"slurm_account": "SET-your-account"}}
+    assert given.default == {"mem_mb": "8000"}
+    assert given.limits == {"gpu": 2}
+    assert given.of_rule("estimate_image", "mem_mb") == "8000"
+
+
+def test_planned_jobs_reads_the_dag_s_jobs_to_run():
+    jobs = [
+        SimpleNamespace(
+            rule=SimpleNamespace(name=rule),
+            wildcards=SimpleNamespace(items=lambda w=w: iter(w.items())),
+        )
+        for rule, w in (
+            ("estimate_image", {"encoder": "a", "area": "V1", "index": "0003"}),
+            ("align_configs", {}),
+        )
+    ]
+    workflow = SimpleNamespace(dag=SimpleNamespace(needrun_jobs=lambda: jobs))
+    assert hooks.planned_jobs(workflow, ["estimate_image"]) == [
+        ("estimate_image", {"encoder": "a", "area": "V1", "index": "0003"})
+    ]
+    assert hooks.planned_jobs(SimpleNamespace(), ["estimate_image"]) == []
+
+
+def test_a_resource_evaluator_with_an_unknown_parameter_settles_nothing(monkeypatch):
+    """`Resource.cli_evaluator`'s parameters in this Snakemake are known ones
+    (9.19: input, attempt, threads, async_run; 9.27: wildcards too); one more, even
+    defaulted (a new minor release), could make a value depend on its job:
+    nothing is then settled, and Snakemake evaluates every job's resources itself."""
+    import snakemake.api  # noqa: F401
+    from snakemake.resources import Resource, Resources
+
+    arguments = hooks._cli_evaluator_arguments()
+    assert arguments is not None
+    assert {"input", "attempt", "async_run"} <= set(arguments)
+
+    def newer(name, val, *, input, attempt, async_run, wildcards=None, node=None):
+        return val
+
+    monkeypatch.setattr(Resource, "cli_evaluator", staticmethod(newer))
+    assert hooks._cli_evaluator_arguments() is None
+    rule = SimpleNamespace(
+        resources=Resources({"mem_mb": Resource.from_cli_expression("mem_mb", "16000")})
+    )
+    hooks._settle_constant_resources(rule)
+    assert rule.resources["mem_mb"].is_evaluable()
+
+
+def test_the_speed_patches_are_off_with_one_switch(monkeypatch):
+    """``MULTIGEOM_SPEED_PATCHES=off``: no garbage-collector threshold, no recorded
+    signature, no settled resource, the logger's queue kept."""
+    import gc
+
+    import snakemake.api  # noqa: F401
+    from snakemake.common import FUNC_OVERWRITE_PARAMS_ATTR
+    from snakemake.resources import Resource, Resources
+
+    monkeypatch.setenv(hooks.SPEED_ENV, "off")
+    assert not hooks.speed_patches_on()
+    saved = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        assert hooks.fewer_collections() is False
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*saved)
+
+    def func(wildcards):
+        return 1
+
+    assert hooks.record_signature(func) is False
+    assert not hasattr(func, FUNC_OVERWRITE_PARAMS_ATTR)
+    rule = SimpleNamespace(
+        name="estimate_image",
+        input=[],
+        resources=Resources({"mem_mb": Resource.from_cli_expression("mem_mb", "16")}),
+    )
+    workflow = SimpleNamespace(get_rule=lambda name: rule)
+    assert hooks.settle_rules(workflow, ["estimate_image"]) is False
+    assert rule.resources["mem_mb"].is_evaluable()
+    assert hooks.idle_logger_plugin_off(SimpleNamespace(), object) is False
+    monkeypatch.setenv(hooks.SPEED_ENV, "on")
+    assert hooks.settle_rules(workflow, ["estimate_image"]) is True
+    assert not rule.resources["mem_mb"].is_evaluable()

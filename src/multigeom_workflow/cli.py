@@ -107,7 +107,7 @@ def planned_progress(args) -> tuple[dict, dict, set]:
     and the same for the noise ceiling's second estimates, and the per-image files
     planned, from Snakemake's own plan:
     a dry run of the workflow (``snakemake -n --quiet``, the same config arguments)
-    that writes the plan it counted (`snakemake_hooks.PLAN_FILE_ENV`), so that
+    that writes the plan it counted (`on_snakemake.estimate.PLAN_FILE_ENV`), so that
     progress says what the dry run's estimate says and Snakemake will run.
 
     Raises
@@ -120,7 +120,7 @@ def planned_progress(args) -> tuple[dict, dict, set]:
     import subprocess
     import tempfile
 
-    from .snakemake_hooks import PLAN_FILE_ENV
+    from .on_snakemake.estimate import PLAN_FILE_ENV
 
     cmd = [sys.executable, "-m", "snakemake", "-n", "--quiet", "--cores", "1"]
     cmd += ["-s", str(args.workflow_dir / "Snakefile")]

@@ -75,7 +75,7 @@ ACTIVE_STATES = {
 }
 
 
-#: Set by the workflow (multigeom_workflow.snakemake_hooks) to the allocation's job
+#: Set by the workflow (multigeom_workflow.on_snakemake.start) to the allocation's job
 #: id in a shard it submitted; a local run inside an interactive allocation keeps
 #: nothing.
 SHARD_ENV = "MULTIGEOM_SLURM_SHARD"

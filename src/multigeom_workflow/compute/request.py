@@ -216,6 +216,6 @@ class RunSettings:
         if not text:
             raise RuntimeError(
                 f"{RUN_ENV} is not set: per-image jobs are started by the workflow's "
-                "Snakefile (multigeom_workflow.snakemake_hooks sets it)"
+                "Snakefile (multigeom_workflow.on_snakemake.start sets it)"
             )
         return cls(**json.loads(text))

@@ -23,14 +23,54 @@ plan, and the count of what is left, are the real run's.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..compute.kept import ended_allocation_files
-from ..on_snakemake.adapter import PlanningView
 from .content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
 
-__all__ = ["BeforePlanning", "before_planning", "content_inputs"]
+__all__ = ["BeforePlanning", "PlanningView", "before_planning", "content_inputs"]
+
+
+@dataclass
+class PlanningView:
+    """
+    Files Snakemake must see other than they are on disk while it plans.
+
+    Attributes
+    ----------
+    missing : set of str
+        Files that exist but are seen missing (a real run sets them aside).
+    dates : dict of str to int
+        File -> the modification time it is seen with, in ns since the epoch (a real
+        run gives it back its recorded date).
+    present : dict of str to str
+        File missing on disk -> the file seen in its place (a real run puts it back
+        from there).
+
+    Paths are made absolute against the working directory of the moment.
+    """
+
+    missing: set[str] = field(default_factory=set)
+    dates: dict[str, int] = field(default_factory=dict)
+    present: dict[str, str] = field(default_factory=dict)
+
+    def add(
+        self,
+        missing: Iterable[str] = (),
+        dates: Mapping[str, int] | None = None,
+        present: Mapping[str, str] | None = None,
+    ) -> None:
+        """Add files to the view (paths as given, made absolute)."""
+        self.missing.update(os.path.abspath(f) for f in missing)
+        self.dates.update({os.path.abspath(f): ns for f, ns in (dates or {}).items()})
+        self.present.update(
+            {os.path.abspath(f): str(src) for f, src in (present or {}).items()}
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.missing or self.dates or self.present)
 
 
 def content_inputs(scenario) -> list[str]:

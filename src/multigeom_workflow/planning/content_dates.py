@@ -19,7 +19,7 @@ it. Hashing runs only for files whose (size, modification time, status-change ti
 differ from the registry: the status-change time moves on every write, rename, copy
 and date change, so a file rewritten with its date kept is hashed too. The registry
 is written at every parse, where dates are restored, and at the end of every run
-(`snakemake_hooks.on_end`), where what the run wrote is only recorded.
+(`multigeom_workflow.on_snakemake.start.on_end`), where what the run wrote is only recorded.
 
 This is Snakemake's ``--touch`` run backwards: it changes only dates, only of files
 whose content is the one recorded, and only to the date recorded with that content.
@@ -76,7 +76,8 @@ class ContentDates:
         Files Snakemake must see with their recorded date (ns since the epoch) that do
         not have it on disk: every restored one in a dry run, which changes nothing,
         and in a real run those whose date could not be set (`refused`).
-        `multigeom_workflow.snakemake_hooks` shows Snakemake these dates while it plans.
+        `multigeom_workflow.on_snakemake.adapter.show_snakemake` shows Snakemake these
+        dates while it plans.
     refused : list of (str, str)
         (file, reason) of each date this run could not set (the file is another
         user's, or on a read-only mount).

@@ -9,7 +9,7 @@ enable it).
 The plan (every per-image file the run will compute, by configuration, and the noise
 ceiling's in a row of their own, `settings.names.CEILING_ROW`) is handed over by the
 workflow once Snakemake has planned (`set_plan`, from
-`multigeom_workflow.snakemake_hooks.DryRunEstimate`: the per-image files it will
+`multigeom_workflow.on_snakemake.estimate.install`: the per-image files it will
 compute); the view counts the files that exist (so images finished inside a SLURM
 allocation or a Modal container show as their files arrive, not only when their whole
 shard ends) and the per-image jobs Snakemake reports finished. On a terminal the view

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from ..scenario import Scenario
-from ..settings.names import CEILING_ROW
+from ..settings.names import CEILING_ROW, CEILING_RULE, ESTIMATE_RULE
 from .cost import (
     DEFAULT_STARTUP_S,
     ENGINE_SECONDS_PER_IMAGE,
@@ -31,6 +31,8 @@ from .cost import (
 from .shards import make_shards
 
 __all__ = [
+    "plan_counts",
+    "planned_files",
     "MODAL_STARTER_MAX_GPUS",
     "add_progress",
     "ceiling_progress",
@@ -300,3 +302,43 @@ def estimate_lines(
     if problem:
         lines.append(f"warning: {problem}: a run on Modal would refuse to start")
     return lines
+
+
+def plan_counts(scenario: Scenario, planned) -> tuple[dict, dict, list]:
+    """
+    The plan as the estimate reads it: per configuration (first estimates not to be
+    computed, n_images) and (second estimates not to be computed, ceiling_images),
+    and the images to compute, ((encoder, area), index) in shard order.
+    """
+    left = {(c.encoder, c.area): [0, 0] for c in scenario.configurations}
+    images = {}
+    for rule, config, index in planned:
+        if config not in left:
+            continue
+        left[config][rule == CEILING_RULE] += 1
+        images[(config, index)] = None
+    done = {k: (scenario.n_images - n, scenario.n_images) for k, (n, _) in left.items()}
+    ceiling = {
+        k: (scenario.ceiling_images - m, scenario.ceiling_images)
+        for k, (_, m) in left.items()
+    }
+    order = {(c.encoder, c.area): i for i, c in enumerate(scenario.configurations)}
+    pending = sorted(images, key=lambda ci: (order[ci[0]], ci[1]))
+    return done, ceiling, pending
+
+
+def planned_files(scenario: Scenario, planned) -> dict[str, list[str]]:
+    """The planned per-image files by configuration ("encoder/area"), and the noise
+    ceiling's second estimates in a row of their own (`settings.names.CEILING_ROW`), as
+    the dry run's estimate and ``multigeom-workflow progress`` show them.
+    """
+    out = {f"{c.encoder}/{c.area}": [] for c in scenario.configurations}
+    if scenario.ceiling_images:
+        out[CEILING_ROW] = []
+    for rule, (encoder, area), index in planned:
+        if rule == ESTIMATE_RULE:
+            row, path = f"{encoder}/{area}", scenario.per_image_file
+        else:
+            row, path = CEILING_ROW, scenario.ceiling_file
+        out.setdefault(row, []).append(path(encoder, area, index))
+    return out

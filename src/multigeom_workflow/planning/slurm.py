@@ -17,7 +17,11 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..compute.kept import restore_after_ended_allocations
+from ..compute.kept import (
+    KEEP_ENV,
+    choose_keep_method,
+    restore_after_ended_allocations,
+)
 from ..scenario import Scenario
 from ..settings.errors import ConfigError
 from ..settings.names import ESTIMATE_RULE
@@ -27,6 +31,8 @@ from .shards import SHARD_GROUP, make_shards, num_shards
 
 __all__ = [
     "CAP_RESOURCE",
+    "PLACEHOLDER_PREFIX",
+    "SHARD_ASKS",
     "SHARD_RESOURCES",
     "DEFAULT_CAP_MIN",
     "MARGIN",
@@ -35,8 +41,11 @@ __all__ = [
     "modal_plan",
     "partition_max_minutes",
     "plan_for_run",
+    "keep_method_line",
     "plan_shards",
+    "profile_placeholders",
     "restore_ended_allocations",
+    "shard_request",
     "shard_minutes",
     "slurm_plan",
     "slurm_time_minutes",
@@ -57,7 +66,7 @@ DEFAULT_CAP_MIN = 1440
 #: The per-image rule's resource a profile sets the cap with (minutes).
 CAP_RESOURCE = "shard_max_minutes"
 #: What each per-image job of a SLURM shard asks for, declared in the per-image
-#: rules (`multigeom_workflow.snakemake_hooks.estimate_resources`): one GPU (the
+#: rules (`multigeom_workflow.on_snakemake.resources.estimate_resources`): one GPU (the
 #: plugin's ``--gpus=1``), the shard's host memory in MB and CPU cores (the CPU side of
 #: the estimator: its models, its batch), and ``mpi=""``, which keeps the plugin from
 #: starting each image in its own ``srun`` step (whose end would stop the warm
@@ -553,16 +562,16 @@ def modal_plan(scenario: Scenario, wanted: int) -> SlurmPlan:
     )
 
 
-def _given(resources, name: str):
-    """A resource as a profile wrote it (Snakemake keeps `Resource` objects)."""
-    value = dict(resources or {}).get(name)
-    value = getattr(value, "raw", value)  # `.value` would evaluate it
+def _given(resources: dict, name: str) -> str | None:
+    """A resource as given (name -> value as written), quotes off; None if not."""
+    value = resources.get(name)
     return None if value is None else str(value).strip("'\"")
 
 
 def plan_for_run(
     scenario: Scenario,
-    resource_settings,
+    given,
+    nodes: int | None,
     shards_setting,
     remote_exec: bool,
     planned: list | None = None,
@@ -580,9 +589,10 @@ def plan_for_run(
     Parameters
     ----------
     scenario : Scenario
-    resource_settings
-        Snakemake's ``workflow.resource_settings`` (``overwrite_resources``,
-        ``default_resources``, ``nodes``: ``--jobs``).
+    given : multigeom_workflow.on_snakemake.adapter.GivenResources
+        The resources a profile or the command line gave, as written.
+    nodes : int or None
+        ``--jobs`` of a remote executor.
     shards_setting : int or str
         The config key ``shards``.
     remote_exec : bool
@@ -590,11 +600,12 @@ def plan_for_run(
     planned : list, optional
         As for `slurm_plan`: Snakemake's plan (the dry run's estimate).
     executor : str or None
-        The executor in use (`multigeom_workflow.snakemake_hooks.executor_in_use`).
+        The executor in use
+        (`multigeom_workflow.on_snakemake.adapter.executor_from_command_line`).
     """
-    own = resource_settings.overwrite_resources.get(ESTIMATE_RULE, {})
-    default = resource_settings.default_resources or {}
-    asked = [name for r in (own, default) for name in dict(r)]
+    own = given.per_rule.get(ESTIMATE_RULE, {})
+    default = given.default
+    asked = [*own, *default]
     if remote_exec:
         return None
     if executor not in ("slurm", None, "dryrun"):
@@ -619,7 +630,7 @@ def plan_for_run(
             engine=scenario.engine,
             precision=scenario.precision,
         ),
-        num_shards(shards_setting, resource_settings.nodes),
+        num_shards(shards_setting, nodes),
         partition=_given(own, "slurm_partition") or _given(default, "slurm_partition"),
         profile_cap=cap_min,
         planned=planned,
@@ -686,3 +697,89 @@ def submission_problem(resources, minutes: int) -> str | None:
         'and the longest shard\'s time limit; `sinfo -o "%P %l %c %m %G"` lists what '
         "the partitions allow)"
     )
+
+
+def keep_method_line(scenario: Scenario) -> str:
+    """
+    Choose, once per run on the login node, how the shards keep a second name of
+    their finished images (`multigeom_workflow.compute.kept.choose_keep_method`, in
+    the first per-image folder: the shared file system the allocations write to),
+    hand it to them (``MULTIGEOM_KEEP_BY``: sbatch passes this process's environment),
+    and return the line saying it.
+    """
+    c = scenario.configurations[0]
+    folder = os.path.dirname(scenario.per_image_file(c.encoder, c.area, 0))
+    try:
+        how, why = choose_keep_method(folder)
+    except OSError as err:  # the folder cannot be written: the shards will say why
+        how, why = "copy", f"{type(err).__name__}: {err}"
+    os.environ[KEEP_ENV] = how
+    if how == "link":
+        return (
+            "SLURM shards keep a second name of each finished image by hard link "
+            "(in .kept-slurm-<jobid>/ beside the per-image files), taken back if "
+            "their allocation ends early"
+        )
+    return (
+        "SLURM shards keep a copy of each finished image (in .kept-slurm-<jobid>/ "
+        "beside the per-image files), taken back if their allocation ends early: "
+        f"the file system of {folder} refuses hard links between folders ({why})"
+    )
+
+
+#: What the dry run's SLURM line and sbatch --test-only read of a per-image job's
+#: resources (plugin's names).
+SHARD_ASKS = (
+    "gpu",
+    "gpu_model",
+    "cpus_per_gpu",
+    "cpus_per_task",
+    "mem_mb",
+    "slurm_partition",
+    "slurm_account",
+    "constraint",
+    "qos",
+    "slurm_extra",
+)
+
+
+def shard_request(resources: dict) -> dict[str, str]:
+    """
+    What each allocation asks SLURM for, from the resources in force of the
+    per-image rule (`multigeom_workflow.on_snakemake.adapter.resources_in_force`:
+    declared in the rule, `SHARD_RESOURCES`, with a profile's or the command line's
+    ``set-resources`` applied by Snakemake): name -> value as a string, for the names
+    of `SHARD_ASKS` that are set.
+    """
+    return {
+        name: str(value).strip("'\"")
+        for name, value in resources.items()
+        if name in SHARD_ASKS
+    }
+
+
+#: How a profile marks a value its user must set (profiles/slurm): a run refuses it.
+PLACEHOLDER_PREFIX = "SET-"
+
+
+def profile_placeholders(given) -> list[str]:
+    """
+    One line per resource value that a profile (or --set-resources) left as the
+    profile's placeholder (``SET-...``, e.g. ``slurm_account=SET-your-account``): SLURM
+    would refuse such an allocation only once submitted, so the run refuses it first.
+
+    Parameters
+    ----------
+    given : multigeom_workflow.on_snakemake.adapter.GivenResources
+    """
+    lines = []
+    for rule, resources in given.per_rule.items():
+        for name, value in resources.items():
+            if value.startswith(PLACEHOLDER_PREFIX):
+                lines.append(
+                    f"profile entry set-resources {rule}:{name}={value} is the "
+                    "profile's placeholder: give your cluster's value in a copy of the "
+                    "profile or with --set-resources, or remove the entry "
+                    "(docs/slurm.md)"
+                )
+    return lines

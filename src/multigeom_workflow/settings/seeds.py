@@ -24,7 +24,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+from .names import CEILING_RULE, ESTIMATE_RULE
+
 __all__ = [
+    "job_seeds",
     "CEILING_SEED_OFFSET",
     "CONFIGURATION_SEED_SLOTS",
     "CONFIGURATION_SEED_STRIDE",
@@ -150,3 +153,21 @@ def overlapping_seeds(
             if (b[1] - a[1]) % m < a_len or (a[1] - b[1]) % m < b_len:
                 return a, b
     return None
+
+
+def job_seeds(scenario) -> dict[str, int]:
+    """
+    ``"<rule>/<encoder>/<area>"`` -> the seed of the per-image rule's jobs of that
+    configuration: the configuration's (`Scenario.estimator_of`, config key
+    ``monte_carlo_seeds``) for estimate_image, the noise ceiling's
+    (`multigeom_workflow.settings.seeds.ceiling_estimator`) for
+    estimate_image_ceiling: the seeds of the rules' ``params.estimator``.
+    """
+    ceiling = int(ceiling_estimator(scenario.estimator)["seed"])
+    out = {}
+    for c in scenario.configurations:
+        out[f"{ESTIMATE_RULE}/{c.encoder}/{c.area}"] = int(
+            scenario.estimator_of(c.encoder, c.area)["seed"]
+        )
+        out[f"{CEILING_RULE}/{c.encoder}/{c.area}"] = ceiling
+    return out

@@ -1,0 +1,146 @@
+"""
+The estimate of what is left, read from Snakemake's own plan.
+
+What is left is what Snakemake will run: the dry run's estimate, the Modal budget
+check, the SLURM lines, the live view and ``multigeom-workflow progress`` count the
+per-image jobs of Snakemake's own plan (its jobs to run, after its rerun triggers and
+metadata: `planned_per_image`), read once the plan is built
+(`adapter.when_plan_built`: the dry run's estimate, the live view's files, the plan
+file of ``progress``) and, for the Modal budget, at ``onstart``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..planning.live_view import set_plan
+from ..planning.plan import (
+    add_progress,
+    estimate_lines,
+    plan_counts,
+    planned_files,
+    progress,
+    run_estimates,
+)
+from ..planning.slurm import plan_for_run, shard_request
+from ..settings.names import ESTIMATE_RULE, PER_IMAGE_RULES
+from . import adapter
+from .run import Run, say
+
+__all__ = [
+    "PLAN_FILE_ENV",
+    "estimate_text",
+    "estimates_of_plan",
+    "install",
+    "modal_estimate_now",
+    "planned_per_image",
+    "write_plan_file",
+]
+
+#: Where `multigeom-workflow progress` asks a dry run to write its plan (JSON).
+PLAN_FILE_ENV = "MULTIGEOM_PLAN_FILE"
+
+
+def planned_per_image(workflow) -> list[tuple[str, tuple[str, str], int]]:
+    """
+    The per-image jobs Snakemake will run, once its plan is built: (rule, (encoder,
+    area), index) for every job of `PER_IMAGE_RULES` among its jobs to run
+    (`adapter.planned_jobs`), in (rule, configuration, index) order.
+    """
+    out = [
+        (rule, (w["encoder"], w["area"]), int(w["index"]))
+        for rule, w in adapter.planned_jobs(workflow, PER_IMAGE_RULES)
+    ]
+    return sorted(out, key=lambda j: (PER_IMAGE_RULES.index(j[0]), j[1], j[2]))
+
+
+def estimates_of_plan(run: Run, planned):
+    """The local and Modal estimates (`run_estimates`) of the planned jobs."""
+    done, ceiling, pending = plan_counts(run.scenario, planned)
+    local, modal, why = run_estimates(
+        run.scenario,
+        add_progress(done, ceiling),
+        run.facts.cores,
+        run.facts.nodes,
+        run.given.limits,
+        pending=pending,
+    )
+    return done, ceiling, pending, local, modal, why
+
+
+def modal_estimate_now(run: Run):
+    """The Modal estimate of the per-image files missing now (before the plan)."""
+    return run_estimates(
+        run.scenario,
+        progress(run.scenario, with_ceiling=True),
+        run.facts.cores,
+        run.facts.nodes,
+        run.given.limits,
+    )[1]
+
+
+def estimate_text(workflow, run: Run, planned) -> list[str]:
+    """The lines a dry run prints: the estimate of the plan, and SLURM's."""
+    done, ceiling, pending, local, modal, why = estimates_of_plan(run, planned)
+    lines = estimate_lines(run.scenario, done, ceiling, local, modal, why)
+    if run.slurm:  # the shards of Snakemake's plan
+        jobs = {}
+        for _, config, index in planned:
+            jobs[(config, index)] = jobs.get((config, index), 0) + 1
+        computations = [(config, i, jobs[(config, i)]) for config, i in pending]
+        if run.slurm.shards:  # its timings and MaxTime read once, at parse
+            slurm = run.slurm.replanned(computations)
+        else:
+            slurm = plan_for_run(
+                run.scenario,
+                run.given,
+                run.facts.nodes,
+                run.shards_setting,
+                False,
+                planned=computations,
+                executor=run.executor,
+            )
+        asked = shard_request(adapter.resources_in_force(workflow, ESTIMATE_RULE))
+        lines += slurm.lines(asked)
+    return lines
+
+
+def write_plan_file(path: str, run: Run, planned) -> None:
+    """The plan as `multigeom-workflow progress` reads it (JSON, `PLAN_FILE_ENV`)."""
+    done, ceiling, _ = plan_counts(run.scenario, planned)
+    files = planned_files(run.scenario, planned)
+    Path(path).write_text(
+        json.dumps(
+            {
+                "per_image": [[*k, *v] for k, v in done.items()],
+                "ceiling": [[*k, *v] for k, v in ceiling.items()],
+                "planned": [f for fs in files.values() for f in fs],
+            }
+        )
+    )
+
+
+def install(workflow, run: Run) -> None:
+    """
+    Once Snakemake's plan is built (`adapter.when_plan_built`, in a dry run and in a
+    real run): the plan file ``progress`` asked for (`PLAN_FILE_ENV`), and the dry
+    run's estimate or, in a real run, the planned per-image files for the live view;
+    the budget check runs at ``onstart``. An error here is one warning line, never a
+    stop of Snakemake.
+    """
+
+    def on_plan(planned_any: bool) -> None:
+        try:
+            planned = planned_per_image(workflow) if planned_any else []
+            if os.environ.get(PLAN_FILE_ENV):
+                write_plan_file(os.environ[PLAN_FILE_ENV], run, planned)
+            if run.facts.dryrun:
+                say("\n".join(estimate_text(workflow, run, planned)))
+            else:
+                set_plan(planned_files(run.scenario, planned))
+        except Exception as err:  # never let the estimate stop Snakemake
+            say(f"warning: the estimate failed: {type(err).__name__}: {err}")
+
+    adapter.when_plan_built(on_plan)

@@ -1,0 +1,27 @@
+"""
+The shard groups of a remote executor: every shard's group (``shard-00``,
+``shard-01``, ...) counted as the one group name ``shard`` (`register_groups`).
+"""
+
+from __future__ import annotations
+
+from ..planning.shards import SHARD_GROUP
+from . import adapter
+from .run import Run
+
+__all__ = ["register_groups"]
+
+
+def register_groups(workflow, run: Run) -> None:
+    """
+    Make every shard's group (``shard-00``, ``shard-01``, ...) count as the one group
+    name "shard", so that a profile's `group-components: [shard=N]` makes one
+    submission of up to N images of a shard (`adapter.share_group_name`: Snakemake
+    keys --group-components by that parent name, as for groups written with
+    wildcards).
+    """
+    width = max(2, len(str(max(run.n_shards, 1) - 1)))
+    names = {f"{SHARD_GROUP}-{i:0{width}d}" for i in range(run.n_shards)}
+    adapter.share_group_name(
+        workflow, sorted(names | set(run.shards.values())), SHARD_GROUP
+    )

@@ -1,0 +1,104 @@
+"""
+The parsed run as the rule files and the modules of `multigeom_workflow.on_snakemake`
+see it (`Run`), and the one way they write a line to the run's output (`say`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from ..planning.shards import SHARD_GROUP
+from ..planning.slurm import SlurmPlan
+from ..scenario import Scenario
+from .adapter import Facts, GivenResources
+
+__all__ = ["SLURM_JOBSTEP", "Run", "say"]
+
+#: The executor a SLURM allocation's own Snakemake runs its jobs with.
+SLURM_JOBSTEP = "slurm-jobstep"
+
+
+def say(line: str) -> None:
+    """Write one line to the run's output (stderr, where Snakemake writes its own)."""
+    print(line, file=sys.stderr)
+
+
+@dataclass
+class Run:
+    """
+    The parsed run as the rules see it.
+
+    Attributes
+    ----------
+    scenario : Scenario
+        The validated configuration.
+    shards : dict
+        ((encoder, area), index) -> group name, for remote executors (empty locally).
+    sharded : bool
+        The per-image jobs are grouped into shards (a remote executor).
+    n_shards : int
+        The number of shards (`num_shards`); 0 when not sharded.
+    slurm : SlurmPlan or None
+        The shards and time limits of a run for SLURM
+        (`multigeom_workflow.planning.slurm`), None for any other run.
+    runtimes : dict
+        ((encoder, area), index) -> the `runtime` of its jobs on SLURM or Modal
+        (`SlurmPlan.runtimes`, computed once); empty elsewhere.
+    shards_setting : int or str
+        The config key ``shards``.
+    executor : str or None
+        The executor in use (`adapter.executor_from_command_line`: ``slurm``,
+        ``modal``, ``local``, ...).
+    modal : SlurmPlan or None
+        The shards and time limits of a sharded run on Modal
+        (`multigeom_workflow.planning.slurm.modal_plan`), None for any other run.
+    facts : Facts or None
+        What the running Snakemake is (`multigeom_workflow.on_snakemake.adapter.facts`),
+        read once at parse time.
+    given : GivenResources
+        The resources a profile or the command line gave, as written.
+    """
+
+    scenario: Scenario
+    shards: dict = field(default_factory=dict)
+    sharded: bool = False
+    n_shards: int = 0
+    slurm: SlurmPlan | None = None
+    runtimes: dict = field(default_factory=dict)
+    shards_setting: int | str = "auto"
+    executor: str | None = None
+    modal: SlurmPlan | None = None
+    facts: Facts | None = None
+    given: GivenResources = field(default_factory=GivenResources)
+
+    @property
+    def on_slurm(self) -> bool:
+        """A run for SLURM: planned on the login node, or a shard in its allocation
+        (whose Snakemake runs the jobs with the executor `SLURM_JOBSTEP`).
+        """
+        return self.slurm is not None or self.executor == SLURM_JOBSTEP
+
+    def runtime_of(self, wildcards) -> int:
+        """
+        A per-image job's `runtime` (minutes) on SLURM or Modal: its share of its
+        shard's time limit (`SlurmPlan.runtimes`: Snakemake sums a group's runtimes
+        into the allocation's --time, or the container's timeout); a job outside the
+        planned shards, one image's limit.
+        """
+        key = ((wildcards.encoder, wildcards.area), int(wildcards.index))
+        return self.runtimes.get(key, (self.slurm or self.modal).single_minutes())
+
+    def shard_of(self, encoder: str, area: str, index: int) -> str:
+        """
+        The group (shard) of a per-image job. A job planned that was not missing when
+        the run was parsed (recomputed after a change of settings) goes to shard
+        ``index mod n_shards``, so that such jobs spread over the shards too.
+        """
+        key = ((encoder, area), int(index))
+        if key in self.shards:
+            return self.shards[key]
+        if not self.n_shards:
+            return SHARD_GROUP
+        width = max(2, len(str(self.n_shards - 1)))
+        return f"{SHARD_GROUP}-{int(index) % self.n_shards:0{width}d}"
