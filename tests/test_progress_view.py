@@ -139,10 +139,10 @@ def test_the_noise_ceilings_estimates_have_a_row_of_their_own(tmp_path, monkeypa
     """The view's rows are those of the dry run's estimate and of `progress`: per
     configuration its images, the noise ceiling's second estimates in one row."""
     import yaml
-    from conftest import REPO, TINY_CONFIG
 
-    from multigeom_workflow.scenario import validated_scenario
+    from conftest import REPO, TINY_CONFIG
     from multigeom_workflow.planning.plan import planned_files as _planned_files
+    from multigeom_workflow.scenario import validated_scenario
 
     monkeypatch.chdir(tmp_path)
     scenario = validated_scenario(yaml.safe_load(TINY_CONFIG.read_text()), REPO)

@@ -18,8 +18,10 @@ file whose bytes changed keeps its new date, and Snakemake recomputes what depen
 it. Hashing runs only for files whose (size, modification time, status-change time)
 differ from the registry: the status-change time moves on every write, rename, copy
 and date change, so a file rewritten with its date kept is hashed too. The registry
-is written at every parse, where dates are restored, and at the end of every run
-(`multigeom_workflow.on_snakemake.start.on_end`), where what the run wrote is only recorded.
+is written when a real run parses the workflow, where dates are restored (a dry run
+writes nothing), and at the end of every run
+(`multigeom_workflow.on_snakemake.start.on_end`), where what the run wrote is only
+recorded.
 
 This is Snakemake's ``--touch`` run backwards: it changes only dates, only of files
 whose content is the one recorded, and only to the date recorded with that content.
