@@ -1,7 +1,11 @@
-"""Shared fixtures: the reduced demo, run once per test session by the real workflow."""
+"""
+Shared fixtures: the reduced demo, run once per test session by the real workflow;
+and the test tiers (`pytest_collection_modifyitems`: ``-m "not slow"``, the fast one).
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shutil
@@ -95,3 +99,41 @@ def tiny_copy(tiny_run, tmp_path) -> Path:
     copy = tmp_path / "copy"
     shutil.copytree(tiny_run, copy, symlinks=True)
     return copy
+
+
+#: Fixtures whose setup runs the workflow, a cluster or a fake backend.
+SLOW_FIXTURES = {
+    "tiny_run",
+    "tiny_copy",
+    "slurm_cluster",
+    "slurm_run",
+    "modal_run",
+    "fake_modal",
+}
+#: What a test's own code calls to start a process.
+STARTS_A_PROCESS = ("run_snakemake(", "subprocess.", "Popen(", "run_workflow(", "cli(")
+
+
+def _starts_a_process(item) -> bool:
+    func = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        return False
+    return any(call in source for call in STARTS_A_PROCESS)
+
+
+def pytest_collection_modifyitems(config, items):
+    """
+    Mark ``slow`` every collected test that starts processes: it uses a fixture that
+    runs the workflow, the SLURM cluster or the fake Modal (`SLOW_FIXTURES`), or its
+    own code starts one (`STARTS_A_PROCESS`: Snakemake, the CLI, a worker). Pytest
+    hands this hook every test of the session, the Modal plugin's included, so that
+    ``python -m pytest -m "not slow"`` is the fast tier (README.md) and a new test
+    lands in its tier without a marker written by hand.
+    """
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or _starts_a_process(
+            item
+        ):
+            item.add_marker(pytest.mark.slow)
