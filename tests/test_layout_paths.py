@@ -205,3 +205,24 @@ def test_job_log_pattern_mirrors_the_output(rule):
         "area": "V1",
         "index": "0007",
     }
+
+
+def test_a_computation_names_its_rule_and_its_file():
+    """`Computation`: the one value of a per-image computation; its rule (the run's
+    estimate or the noise ceiling's second one) and its file (`RunLayout.file_of`) are
+    the rules' own (rules/estimate.smk, rules/science.smk)."""
+    from multigeom_workflow.settings.layout import Computation, RunLayout
+
+    layout = RunLayout("runs", "results")
+    first = Computation.of_job(
+        "estimate_image", {"encoder": "onoff", "area": "V1", "index": "0003"}
+    )
+    second = first._replace(ceiling=True)
+    assert (first.rule, second.rule) == ("estimate_image", "estimate_image_ceiling")
+    assert first.configuration == ("onoff", "V1") and first.index == 3
+    assert layout.file_of(first) == "runs/per_image/onoff/V1/img0003.pt"
+    assert layout.file_of(second) == "runs/per_image_ceiling/onoff/V1/img0003.pt"
+    assert (
+        Computation.of_job("estimate_image_ceiling", first._asdict() | {"index": 3})
+        == second
+    )

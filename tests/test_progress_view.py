@@ -139,19 +139,19 @@ def test_the_noise_ceilings_estimates_have_a_row_of_their_own(tmp_path, monkeypa
     """The view's rows are those of the dry run's estimate and of `progress`: per
     configuration its images, the noise ceiling's second estimates in one row."""
     import yaml
-
     from conftest import REPO, TINY_CONFIG
+
     from multigeom_workflow.planning.plan import planned_files as _planned_files
     from multigeom_workflow.scenario import validated_scenario
+    from multigeom_workflow.settings.layout import Computation
 
     monkeypatch.chdir(tmp_path)
     scenario = validated_scenario(yaml.safe_load(TINY_CONFIG.read_text()), REPO)
-    first, second = "estimate_image", "estimate_image_ceiling"
     planned = [
-        (first, ("onoff", "complex"), 0),
-        (first, ("onoff", "complex"), 1),
-        (second, ("onoff", "complex"), 0),
-        (second, ("smallcnn", "simple"), 0),
+        Computation("onoff", "complex", 0),
+        Computation("onoff", "complex", 1),
+        Computation("onoff", "complex", 0, ceiling=True),
+        Computation("smallcnn", "simple", 0, ceiling=True),
     ]
     rows = _planned_files(scenario, planned)
     assert list(rows) == [

@@ -17,6 +17,7 @@ import pytest
 from multigeom_workflow.on_snakemake import adapter as hooks
 from multigeom_workflow.on_snakemake.run import Run
 from multigeom_workflow.planning.plan import plan_counts
+from multigeom_workflow.settings.layout import Computation
 
 #: Attributes of Snakemake's objects that only the adapter may read or write.
 INTERNAL_ATTRIBUTES = {
@@ -317,10 +318,10 @@ def scenario(n_images=4, ceiling_images=1, configs=(("a", "V1"), ("b", "V1"))):
 
 def test_plan_counts_reads_the_planned_jobs():
     planned = [
-        ("estimate_image", ("b", "V1"), 3),
-        ("estimate_image", ("a", "V1"), 2),
-        ("estimate_image_ceiling", ("a", "V1"), 0),
-        ("estimate_image", ("a", "V1"), 0),
+        Computation("b", "V1", 3),
+        Computation("a", "V1", 2),
+        Computation("a", "V1", 0, ceiling=True),
+        Computation("a", "V1", 0),
     ]
     done, ceiling, pending = plan_counts(scenario(), planned)
     assert done == {("a", "V1"): (2, 4), ("b", "V1"): (3, 4)}

@@ -25,6 +25,7 @@ from ..planning.plan import (
     run_estimates,
 )
 from ..planning.slurm import plan_for_run, shard_request
+from ..settings.layout import Computation
 from ..settings.names import ESTIMATE_RULE, PER_IMAGE_RULES
 from . import adapter
 from .run import Run, say
@@ -36,6 +37,7 @@ __all__ = [
     "install",
     "modal_estimate_now",
     "planned_per_image",
+    "the_plan",
     "write_plan_file",
 ]
 
@@ -43,17 +45,29 @@ __all__ = [
 PLAN_FILE_ENV = "MULTIGEOM_PLAN_FILE"
 
 
-def planned_per_image(workflow) -> list[tuple[str, tuple[str, str], int]]:
+def planned_per_image(workflow) -> list[Computation]:
     """
-    The per-image jobs Snakemake will run, once its plan is built: (rule, (encoder,
-    area), index) for every job of `PER_IMAGE_RULES` among its jobs to run
-    (`adapter.planned_jobs`), in (rule, configuration, index) order.
+    The per-image computations Snakemake will run, once its plan is built: one
+    `Computation` for every job of `PER_IMAGE_RULES` among its jobs to run
+    (`adapter.planned_jobs`), the run's estimates first, then by configuration and
+    image.
     """
     out = [
-        (rule, (w["encoder"], w["area"]), int(w["index"]))
-        for rule, w in adapter.planned_jobs(workflow, PER_IMAGE_RULES)
+        Computation.of_job(rule, wildcards)
+        for rule, wildcards in adapter.planned_jobs(workflow, PER_IMAGE_RULES)
     ]
-    return sorted(out, key=lambda j: (PER_IMAGE_RULES.index(j[0]), j[1], j[2]))
+    return sorted(out, key=lambda c: (c.ceiling, c.configuration, c.index))
+
+
+def the_plan(workflow, run: Run) -> list[Computation]:
+    """
+    Snakemake's plan as per-image computations, read once per process
+    (`planned_per_image`, kept in `Run.planned` for every later reader: the
+    estimate, the live view, the budget check at ``onstart``).
+    """
+    if run.planned is None:
+        run.planned = planned_per_image(workflow)
+    return run.planned
 
 
 def estimates_of_plan(run: Run, planned):
@@ -87,8 +101,10 @@ def estimate_text(workflow, run: Run, planned) -> list[str]:
     lines = estimate_lines(run.scenario, done, ceiling, local, modal, why)
     if run.slurm:  # the shards of Snakemake's plan
         jobs = {}
-        for _, config, index in planned:
-            jobs[(config, index)] = jobs.get((config, index), 0) + 1
+        for c in planned:
+            jobs[(c.configuration, c.index)] = (
+                jobs.get((c.configuration, c.index), 0) + 1
+            )
         computations = [(config, i, jobs[(config, i)]) for config, i in pending]
         if run.slurm.shards:  # its timings and MaxTime read once, at parse
             slurm = run.slurm.replanned(computations)
@@ -133,7 +149,9 @@ def install(workflow, run: Run) -> None:
 
     def on_plan(planned_any: bool) -> None:
         try:
-            planned = planned_per_image(workflow) if planned_any else []
+            if not planned_any:
+                run.planned = []
+            planned = the_plan(workflow, run)
             if os.environ.get(PLAN_FILE_ENV):
                 write_plan_file(os.environ[PLAN_FILE_ENV], run, planned)
             if run.facts.dryrun:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..planning.shards import SHARD_GROUP
 from ..planning.slurm import SlurmPlan
 from ..scenario import Scenario
+from ..settings.layout import Computation
 from .adapter import Facts, GivenResources
 
 __all__ = ["SLURM_JOBSTEP", "Run", "say"]
@@ -58,6 +59,9 @@ class Run:
         read once at parse time.
     given : GivenResources
         The resources a profile or the command line gave, as written.
+    planned : list of Computation or None
+        Snakemake's plan as per-image computations, read once it is built
+        (`multigeom_workflow.on_snakemake.estimate.the_plan`); None before.
     """
 
     scenario: Scenario
@@ -71,6 +75,7 @@ class Run:
     modal: SlurmPlan | None = None
     facts: Facts | None = None
     given: GivenResources = field(default_factory=GivenResources)
+    planned: list[Computation] | None = None
 
     @property
     def on_slurm(self) -> bool:

@@ -368,8 +368,7 @@ def check_before_first_job(workflow, run: Run) -> None:
             "GPUs)"
         )
     if name == "modal":  # the rest was refused before the image was built
-        planned = estimate.planned_per_image(workflow)
-        modal = estimate.estimates_of_plan(run, planned)[4]
+        modal = estimate.estimates_of_plan(run, estimate.the_plan(workflow, run))[4]
         problem = budget_problem(modal, s.modal["max_cost_usd"])
         if problem:
             sys.exit(problem)

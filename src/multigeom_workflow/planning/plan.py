@@ -12,9 +12,11 @@ The model and the defaults are the old notebook helper's
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from ..scenario import Scenario
-from ..settings.names import CEILING_ROW, CEILING_RULE, ESTIMATE_RULE
+from ..settings.layout import Computation
+from ..settings.names import CEILING_ROW
 from .cost import (
     DEFAULT_STARTUP_S,
     ENGINE_SECONDS_PER_IMAGE,
@@ -193,16 +195,13 @@ def pending_images(scenario: Scenario) -> list[tuple[tuple[str, str], int]]:
     shards follow (`multigeom_workflow.planning.shards`): both estimates of an image go
     to its shard.
     """
-    return [
-        ((c.encoder, c.area), i)
-        for c in scenario.configurations
-        for i in range(scenario.n_images)
-        if not os.path.exists(scenario.per_image_file(c.encoder, c.area, i))
-        or (
-            i < scenario.ceiling_images
-            and not os.path.exists(scenario.ceiling_file(c.encoder, c.area, i))
-        )
-    ]
+    missing = {
+        (c.configuration, c.index)
+        for c in scenario.computations()
+        if not os.path.exists(scenario.layout.file_of(c))
+    }
+    order = {(c.encoder, c.area): k for k, c in enumerate(scenario.configurations)}
+    return sorted(missing, key=lambda image: (order[image[0]], image[1]))
 
 
 def modal_estimate(
@@ -304,19 +303,28 @@ def estimate_lines(
     return lines
 
 
-def plan_counts(scenario: Scenario, planned) -> tuple[dict, dict, list]:
+def plan_counts(
+    scenario: Scenario, planned: Iterable[Computation]
+) -> tuple[dict, dict, list]:
     """
     The plan as the estimate reads it: per configuration (first estimates not to be
     computed, n_images) and (second estimates not to be computed, ceiling_images),
-    and the images to compute, ((encoder, area), index) in shard order.
+    and the images to compute, ((encoder, area), index) in shard order (both
+    estimates of an image are one image for the shards).
+
+    Parameters
+    ----------
+    planned : iterable of Computation
+        The per-image computations of Snakemake's plan
+        (`multigeom_workflow.on_snakemake.estimate.planned_per_image`).
     """
     left = {(c.encoder, c.area): [0, 0] for c in scenario.configurations}
     images = {}
-    for rule, config, index in planned:
-        if config not in left:
+    for c in planned:
+        if c.configuration not in left:
             continue
-        left[config][rule == CEILING_RULE] += 1
-        images[(config, index)] = None
+        left[c.configuration][c.ceiling] += 1
+        images[(c.configuration, c.index)] = None
     done = {k: (scenario.n_images - n, scenario.n_images) for k, (n, _) in left.items()}
     ceiling = {
         k: (scenario.ceiling_images - m, scenario.ceiling_images)
@@ -327,7 +335,9 @@ def plan_counts(scenario: Scenario, planned) -> tuple[dict, dict, list]:
     return done, ceiling, pending
 
 
-def planned_files(scenario: Scenario, planned) -> dict[str, list[str]]:
+def planned_files(
+    scenario: Scenario, planned: Iterable[Computation]
+) -> dict[str, list[str]]:
     """The planned per-image files by configuration ("encoder/area"), and the noise
     ceiling's second estimates in a row of their own (`settings.names.CEILING_ROW`), as
     the dry run's estimate and ``multigeom-workflow progress`` show them.
@@ -335,10 +345,7 @@ def planned_files(scenario: Scenario, planned) -> dict[str, list[str]]:
     out = {f"{c.encoder}/{c.area}": [] for c in scenario.configurations}
     if scenario.ceiling_images:
         out[CEILING_ROW] = []
-    for rule, (encoder, area), index in planned:
-        if rule == ESTIMATE_RULE:
-            row, path = f"{encoder}/{area}", scenario.per_image_file
-        else:
-            row, path = CEILING_ROW, scenario.ceiling_file
-        out.setdefault(row, []).append(path(encoder, area, index))
+    for c in planned:
+        row = CEILING_ROW if c.ceiling else f"{c.encoder}/{c.area}"
+        out.setdefault(row, []).append(scenario.layout.file_of(c))
     return out

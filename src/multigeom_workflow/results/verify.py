@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from ..settings.layout import is_ceiling_file, parse_image_file
+from ..settings.layout import Computation, is_ceiling_file, parse_image_file
 from ..settings.names import N_PIXELS
 
 __all__ = [
@@ -257,21 +257,14 @@ def check_per_image_file(path: str | Path, **where) -> str | None:
     return inspect_per_image_file(path, **where)[0]
 
 
-def run_files(scenario) -> list[tuple[str, str, str, int, bool]]:
+def run_files(scenario) -> list[tuple[str, Computation]]:
     """
-    (path, encoder, area, index, ceiling) of every per-image file of `scenario`: the
-    first estimates of its first n_images images, then the noise ceiling's second
-    estimates of its first ceiling_images images, in the run's order.
+    (path, computation) of every per-image file of `scenario`
+    (`Scenario.computations`: the first estimates of its first n_images images, then
+    the noise ceiling's second estimates of its first ceiling_images images), in the
+    run's order.
     """
-    return [
-        (scenario.per_image_file(c.encoder, c.area, i), c.encoder, c.area, i, False)
-        for c in scenario.configurations
-        for i in range(scenario.n_images)
-    ] + [
-        (scenario.ceiling_file(c.encoder, c.area, i), c.encoder, c.area, i, True)
-        for c in scenario.configurations
-        for i in range(scenario.ceiling_images)
-    ]
+    return [(scenario.layout.file_of(c), c) for c in scenario.computations()]
 
 
 def bad_per_image_files(
@@ -285,17 +278,17 @@ def bad_per_image_files(
     expected = Expected.of_scenario(scenario)
     only = None if only is None else set(map(str, only))
     out = []
-    for f, encoder, area, i, ceiling in run_files(scenario):
+    for f, c in run_files(scenario):
         if (only is not None and f not in only) or not os.path.exists(f):
             continue
         problem = check_per_image_file(
             f,
-            encoder=encoder,
-            area=area,
-            index=i,
+            encoder=c.encoder,
+            area=c.area,
+            index=c.index,
             expected=expected,
-            image_file=scenario.test_image_files[i] if check_images else None,
-            ceiling=ceiling,
+            image_file=scenario.test_image_files[c.index] if check_images else None,
+            ceiling=c.ceiling,
         )
         if problem:
             out.append((f, problem))

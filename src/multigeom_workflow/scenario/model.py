@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from ..settings.layout import RunLayout
+from ..settings.layout import Computation, RunLayout
 from ..settings.names import DEMO_AREAS
 from ..settings.pairs import pair_kind
 
@@ -223,6 +223,19 @@ class Scenario:
     def ceiling_file(self, encoder: str, area: str, index: int) -> str:
         """The noise ceiling's second estimate of an image (rules/science.smk)."""
         return self.layout.ceiling_file(encoder, area, index)
+
+    def computations(self) -> list[Computation]:
+        """
+        Every per-image computation of the run, in the run's order: the first
+        estimates of each configuration's first `n_images` images, then the noise
+        ceiling's second estimates of their first `ceiling_images`.
+        """
+        return [
+            Computation(c.encoder, c.area, i, ceiling)
+            for ceiling, n in ((False, self.n_images), (True, self.ceiling_images))
+            for c in self.configurations
+            for i in range(n)
+        ]
 
     def ceiling_files(self, configuration: Configuration | None = None) -> list[str]:
         """Second estimates of one configuration (or of all), first `ceiling_images`."""

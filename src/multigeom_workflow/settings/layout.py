@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from .names import CEILING_RULE, ESTIMATE_RULE
+
 __all__ = [
     "CHECKPOINT_NAMES",
+    "Computation",
     "ImageKey",
     "RunLayout",
     "WILDCARD_CONSTRAINTS",
@@ -59,6 +62,50 @@ class ImageKey(NamedTuple):
     encoder: str
     area: str
     index: int
+
+
+class Computation(NamedTuple):
+    """
+    One per-image computation: the estimate of G(x) and J(x) of test image `index` by
+    configuration (`encoder`, `area`), either the run's (`ceiling` False: rule
+    estimate_image, ``per_image/``) or the noise ceiling's second one with other
+    Monte-Carlo seeds (`ceiling` True: rule estimate_image_ceiling,
+    ``per_image_ceiling/``). The one value every part of the workflow counts, plans,
+    shards and prices (`multigeom_workflow.scenario.Scenario.computations`, the
+    planned jobs of Snakemake's plan).
+    """
+
+    encoder: str
+    area: str
+    index: int
+    ceiling: bool = False
+
+    @property
+    def configuration(self) -> tuple[str, str]:
+        """(encoder, area)."""
+        return (self.encoder, self.area)
+
+    @property
+    def image(self) -> ImageKey:
+        """The configuration's test image it estimates."""
+        return ImageKey(self.encoder, self.area, self.index)
+
+    @property
+    def rule(self) -> str:
+        """The rule whose job computes it (`multigeom_workflow.settings.names`)."""
+        return CEILING_RULE if self.ceiling else ESTIMATE_RULE
+
+    @classmethod
+    def of_job(cls, rule: str, wildcards) -> Computation:
+        """The computation of a per-image job: its rule and its wildcards
+        (``encoder``, ``area``, ``index``: a mapping).
+        """
+        return cls(
+            wildcards["encoder"],
+            wildcards["area"],
+            int(wildcards["index"]),
+            rule == CEILING_RULE,
+        )
 
 
 def image_name(index: int, suffix: str = ".pt") -> str:
@@ -219,6 +266,14 @@ class RunLayout:
     def ceiling_file(self, encoder: str, area: str, index: int) -> str:
         """The noise ceiling's second estimate of an image (rules/science.smk)."""
         return _fill(self.ceiling_pattern, encoder, area, index)
+
+    def file_of(self, computation: Computation) -> str:
+        """The per-image file a `Computation` writes (`per_image_file` or
+        `ceiling_file`).
+        """
+        c = computation
+        path = self.ceiling_file if c.ceiling else self.per_image_file
+        return path(c.encoder, c.area, c.index)
 
     def truth_file(self, area: str, index: int) -> str:
         """A demo area's ground truth J_area(x) of test image `index`."""
