@@ -7,7 +7,7 @@ modal, slurm), each beside a bare Snakefile with the same number of trivial jobs
 bare Snakefile is also timed with the profile itself (less its `logger:` line, the
 workflow's own plugin): what the profile's settings alone cost Snakemake (the slurm
 profile's set-resources, say); and with the garbage collector's thresholds the
-workflow sets in its Snakemake process (`on_snakemake.adapter.GC_THRESHOLDS`): what the
+workflow sets in its Snakemake process (`snakemake_adapter.GC_THRESHOLDS`): what the
 workflow costs beyond the collector's setting.
 
 The scenario: inception and resnet50 fitted to V1 and V4, with checkpoint files of
@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from multigeom_workflow.compute.standin import write_test_images
-from multigeom_workflow.on_snakemake.adapter import GC_THRESHOLDS
+from multigeom_workflow.snakemake_adapter import GC_THRESHOLDS
 
 REPO = Path(__file__).resolve().parents[1]
 

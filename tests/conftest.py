@@ -115,12 +115,31 @@ STARTS_A_PROCESS = ("run_snakemake(", "subprocess.", "Popen(", "run_workflow(", 
 
 
 def _starts_a_process(item) -> bool:
+    """Whether the test's code, or a function of its module or of this file that it
+    calls (followed down), starts a process."""
     func = getattr(item, "function", None)
-    try:
-        source = inspect.getsource(func)
-    except (OSError, TypeError):
-        return False
-    return any(call in source for call in STARTS_A_PROCESS)
+    module = getattr(item, "module", None)
+    names = {**globals(), **(vars(module) if module else {})}
+    seen, todo = set(), [func]
+    while todo:
+        f = todo.pop()
+        if f in seen or not callable(f):
+            continue
+        seen.add(f)
+        try:
+            source = inspect.getsource(f)
+        except (OSError, TypeError):
+            continue
+        if any(call in source for call in STARTS_A_PROCESS):
+            return True
+        for name in re.findall(r"\b([A-Za-z_]\w*)\(", source):
+            g = names.get(name)
+            if inspect.isfunction(g) and g.__module__ in (
+                getattr(module, "__name__", None),
+                __name__,
+            ):
+                todo.append(g)
+    return False
 
 
 def pytest_collection_modifyitems(config, items):

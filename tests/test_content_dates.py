@@ -169,3 +169,55 @@ def test_a_registry_that_cannot_be_written_is_said(tmp_path, monkeypatch):
     report = keep_dates_of_unchanged_content([f], registry)
     assert report.registry_problem.endswith("OSError: Read-only file system")
     assert report.lines()[-1].startswith("warning: could not write the content")
+
+
+def test_a_new_link_to_the_same_bytes_gets_both_dates_back(tmp_path):
+    """A checkpoint replaced by a new symbolic link to a copy of it: Snakemake reads the
+    later of the link's own date and its target's, so both get the recorded date."""
+    import shutil
+
+    ckpt = make(tmp_path / "runs/final_model.pt", os.urandom(3000))
+    registry = tmp_path / REGISTRY_NAME
+    keep_dates_of_unchanged_content([ckpt], registry)
+    shared = tmp_path / "shared.pt"
+    shutil.copyfile(ckpt, shared)  # a new date
+    ckpt.unlink()
+    ckpt.symlink_to(shared)  # a new link: its own date is new too
+    dry = keep_dates_of_unchanged_content([ckpt], registry, dry=True)
+    assert dry.dates == {str(ckpt): OLD} and os.lstat(ckpt).st_mtime_ns > OLD
+    report = keep_dates_of_unchanged_content([ckpt], registry)
+    assert report.restored == [str(ckpt)]
+    assert os.lstat(ckpt).st_mtime_ns == OLD == shared.stat().st_mtime_ns
+    # only the link's own date moved (the target's recorded): given back too
+    os.utime(ckpt, follow_symlinks=False)
+    again = keep_dates_of_unchanged_content([ckpt], registry)
+    assert again.restored == [str(ckpt)] and os.lstat(ckpt).st_mtime_ns == OLD
+
+
+def test_kept_entries_stay_as_recorded_and_refused_dates_are_not_restored(
+    tmp_path, monkeypatch
+):
+    """A date refused at parse time is not counted as restored, and the end of the run
+    (`keep`) leaves its entry as recorded: the next run shows the recorded date."""
+    import errno
+
+    ckpt = make(tmp_path / "final_model.pt", os.urandom(1000))
+    registry = tmp_path / REGISTRY_NAME
+    keep_dates_of_unchanged_content([ckpt], registry)
+    os.utime(ckpt)
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "utime", refused)
+        report = keep_dates_of_unchanged_content([ckpt], registry)
+    assert report.restored == [] and [f for f, _ in report.refused] == [str(ckpt)]
+    end = keep_dates_of_unchanged_content(
+        [ckpt], registry, restore=False, keep=[str(ckpt)]
+    )
+    assert end.hashed == 0
+    assert json.loads(registry.read_text())["files"][str(ckpt)][1] == OLD
+    assert keep_dates_of_unchanged_content([ckpt], registry, dry=True).dates == {
+        str(ckpt): OLD
+    }

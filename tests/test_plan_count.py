@@ -122,7 +122,7 @@ def test_damaged_file_with_its_date_kept_is_named_and_planned(tiny_copy, damage)
     result = dry(tiny_copy)
     assert header_left(result) == 1
     assert "per-image file runs/per_image/onoff/simple/img0001.pt" in result.stderr
-    assert "would be set aside as <name>.bad" in result.stderr
+    assert "would be set aside as img0001.pt.bad" in result.stderr
     # named, not moved: the dry run changes nothing
     assert f.read_bytes() == damaged and not f.with_name(f.name + ".bad").exists()
     assert f.stat().st_mtime_ns == st.st_mtime_ns
@@ -196,6 +196,26 @@ def test_files_kept_by_an_ended_allocation_are_counted_as_there(tiny_copy):
     assert f.read_bytes() == kept.read_bytes()
 
 
+def test_a_kept_file_newer_than_the_check_is_read_where_it_is_kept(tiny_copy):
+    """A kept per-image file newer than the outputs that read it (the check's list):
+    Snakemake compares its checksum (1 MB or less), which the dry run reads from the
+    kept copy, as the real run reads the file it puts back; both plan the same."""
+    f = tiny_copy / "runs/per_image/onoff/simple/img0001.pt"
+    assert f.stat().st_size <= 1_000_000
+    kept = f.parent / ".kept-slurm-987655" / f.name
+    kept.parent.mkdir()
+    f.replace(kept)
+    os.utime(kept)  # newer than runs/metrics/per_image_checked.tsv
+    before = tree(tiny_copy)
+    result = dry(tiny_copy)
+    assert tree(tiny_copy) == before
+    assert header_left(result) == 0
+    planned = planned_jobs(result)
+    real = run_snakemake(tiny_copy)
+    assert real.returncode == 0, real.stderr[-3000:]
+    assert planned_jobs(real) == planned
+
+
 REFUSE_UTIME = """
 import os
 
@@ -230,8 +250,53 @@ def test_a_date_the_user_may_not_set_is_said_and_the_run_goes_on(tiny_copy, tmp_
     assert real.returncode == 0, real.stderr[-3000:]
     lines = [x for x in real.stderr.splitlines() if "could not set the recorded" in x]
     assert len(lines) == 1 and "PermissionError: Operation not permitted" in lines[0]
+    assert "have a new date but the same content" not in real.stderr  # not restored
     assert planned_per_image(real) == 0
     assert ckpt.stat().st_mtime_ns == touched
+    # the registry keeps the recorded date: every later run plans the same
+    again = dry(tiny_copy)
+    assert header_left(again) == 0
+    assert "would keep the recorded date of 1 input file(s)" in again.stderr
+    second = run_snakemake(tiny_copy, env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert planned_per_image(second) == 0
+
+
+def test_a_checkpoint_behind_a_new_symbolic_link_plans_nothing(tiny_copy, tmp_path):
+    """A checkpoint replaced by a new symbolic link to the same bytes elsewhere (a
+    shared folder of models): Snakemake reads the later of the link's own date and
+    its target's (snakemake/io `_IOFile.is_newer`). The dry run changes nothing and
+    counts 0; the real run gives both their recorded date and computes nothing."""
+    ckpt = tiny_copy / "runs/diffusion/onoff/complex/final_model.pt"
+    recorded = ckpt.stat().st_mtime_ns
+    shared = tmp_path / "shared" / "final_model.pt"
+    shared.parent.mkdir()
+    shutil.copyfile(ckpt, shared)  # new date, same bytes
+    ckpt.unlink()
+    ckpt.symlink_to(shared)
+    before = tree(tiny_copy)
+    result = dry(tiny_copy)
+    assert tree(tiny_copy) == before
+    assert header_left(result) == 0
+    real = run_snakemake(tiny_copy)
+    assert real.returncode == 0, real.stderr[-3000:]
+    assert planned_per_image(real) == 0
+    assert os.lstat(ckpt).st_mtime_ns == recorded == shared.stat().st_mtime_ns
+
+
+def test_a_command_that_runs_no_job_changes_nothing(tiny_copy):
+    """``--summary`` (and Snakemake's other commands that run no job) leave the tree
+    as a dry run does: the damaged file named, not moved."""
+    f = tiny_copy / "runs/per_image/onoff/simple/img0001.pt"
+    st = f.stat()
+    f.write_bytes(f.read_bytes()[:1000])
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.utime(tiny_copy / "runs/diffusion/onoff/complex/final_model.pt")
+    before = tree(tiny_copy)
+    result = run_snakemake(tiny_copy, "--summary")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert tree(tiny_copy) == before
+    assert "would be set aside as img0001.pt.bad" in result.stderr
 
 
 def test_incomplete_metadata_is_counted(tiny_copy):
@@ -352,7 +417,7 @@ def normalized(output: str) -> list[str]:
 
 @pytest.mark.parametrize("profile", [None, "slurm"])
 def test_the_dry_run_says_the_same_with_the_speed_patches_off(tiny_copy, profile):
-    """``MULTIGEOM_SPEED_PATCHES=off`` (on_snakemake/adapter.py: Snakemake as it
+    """``MULTIGEOM_SPEED_PATCHES=off`` (snakemake_adapter.py: Snakemake as it
     comes) changes nothing a dry run says: its plan, its job statistics and the
     workflow's estimate are the same, line for line (job blocks in Snakemake's
     hash-dependent order sorted)."""

@@ -1,5 +1,5 @@
 """
-multigeom_workflow.on_snakemake.adapter: the one module that touches Snakemake's
+multigeom_workflow.snakemake_adapter: the one module that touches Snakemake's
 internals. No other module of the package reads one (a scan of their code); each
 internal it uses still exists in the installed Snakemake (an upgrade that changes one
 fails here: CI runs this file with the oldest and the newest Snakemake accepted), and
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from multigeom_workflow.on_snakemake import adapter as hooks
+from multigeom_workflow import snakemake_adapter as hooks
 from multigeom_workflow.on_snakemake.run import Run
 from multigeom_workflow.planning.plan import plan_counts
 from multigeom_workflow.settings.layout import Computation
@@ -52,7 +52,13 @@ INTERNAL_ATTRIBUTES = {
     "exists_local",
     "size_local",
     "is_evaluable",
+    "is_fifo",
+    "checksum",
+    "load_configfile",
+    "parse_config",
 }
+#: Snakemake's modules the workflow may import anywhere: its documented API.
+PUBLIC_MODULES = {"snakemake.utils", "snakemake.exceptions", "snakemake.api"}
 
 
 def attributes_read(path) -> set[str]:
@@ -79,23 +85,36 @@ def attributes_read(path) -> set[str]:
     return out
 
 
+def snakemake_modules_imported(path) -> set[str]:
+    """The ``snakemake.*`` modules a file imports (``import x``, ``from x import``)."""
+    import re
+
+    text = path.read_text()
+    return set(re.findall(r"^\s*(?:from|import)\s+(snakemake(?:\.\w+)*)", text, re.M))
+
+
 def test_only_the_adapter_touches_snakemake_internals():
-    """No module of the workflow's packages but on_snakemake/adapter.py reads one of
-    Snakemake's internal attributes (rule files and scripts: Snakemake's documented
-    Snakefile API only), and each one the adapter uses is named in its INTERNALS."""
+    """No module of the workflow's packages but snakemake_adapter.py, and no rule file
+    or rule script, reads one of Snakemake's internal attributes or imports one of
+    its modules outside the documented API (`PUBLIC_MODULES`); each internal the
+    adapter uses is named in its INTERNALS."""
     from pathlib import Path
 
     import multigeom_workflow
 
     src = Path(multigeom_workflow.__file__).parent.parent
+    repo = src.parent
     adapter_file = Path(hooks.__file__)
+    files = [*sorted(src.rglob("*.py")), *sorted((repo / "scripts").glob("*.py"))]
+    files += [*sorted((repo / "rules").glob("*.smk")), repo / "Snakefile"]
     offenders = {}
-    for path in sorted(src.rglob("*.py")):
+    for path in files:
         if path == adapter_file:
             continue
         used = attributes_read(path) & INTERNAL_ATTRIBUTES
+        used |= snakemake_modules_imported(path) - PUBLIC_MODULES - {"snakemake"}
         if used:
-            offenders[str(path.relative_to(src))] = sorted(used)
+            offenders[str(path.relative_to(repo))] = sorted(used)
     assert not offenders, offenders
     used = attributes_read(adapter_file) & INTERNAL_ATTRIBUTES
     named = " ".join(hooks.INTERNALS)
@@ -344,7 +363,7 @@ def test_a_job_planned_that_was_not_missing_spreads_over_the_shards(
 
 
 def test_the_planning_views_internals_exist_as_used():
-    """`on_snakemake.adapter.show_snakemake` wraps three coroutine methods of
+    """`snakemake_adapter.show_snakemake` wraps three coroutine methods of
     Snakemake's file class, calls them with these parameters, reads `file` and
     builds the interface's `Mtime(local=...)`."""
     import asyncio
@@ -353,17 +372,25 @@ def test_the_planning_views_internals_exist_as_used():
     from snakemake.io import _IOFile
     from snakemake_interface_storage_plugins.io import Mtime
 
-    from multigeom_workflow.on_snakemake import adapter
+    from multigeom_workflow import snakemake_adapter as adapter
 
     for name, params in (
         ("exists_local", ["self"]),
         ("mtime_uncached", ["self", "skip_storage"]),
         ("size_local", ["self"]),
+        ("checksum", ["self", "threshold", "force"]),
     ):
         method = getattr(_IOFile, name)
         assert asyncio.iscoroutinefunction(method), name
-        assert list(inspect.signature(method).parameters) == params, name
+        assert list(inspect.signature(method).parameters)[: len(params)] == params
         assert f"snakemake.io._IOFile.{name}" in adapter.INTERNALS
+    assert list(inspect.signature(_IOFile.is_fifo).parameters) == ["self"]
+    assert not asyncio.iscoroutinefunction(_IOFile.is_fifo)
+    assert list(inspect.signature(_IOFile.__new__).parameters)[:3] == [
+        "cls",
+        "file",
+        "rule",
+    ]
     assert isinstance(_IOFile.file, property)
     assert Mtime(local=12.5).local_or_storage(follow_symlinks=True) == 12.5
 
@@ -498,3 +525,37 @@ def test_the_speed_patches_are_off_with_one_switch(monkeypatch):
     monkeypatch.setenv(hooks.SPEED_ENV, "on")
     assert hooks.settle_rules(workflow, ["estimate_image"]) is True
     assert not rule.resources["mem_mb"].is_evaluable()
+
+
+def test_a_command_that_runs_no_job_is_an_inspection():
+    """`inspection_only` reads the command Snakemake's command line runs (args_to_api's
+    args, up the stack): ``--summary`` and kin are, a run and ``--report
+    --report-after-run`` are not; outside the command line, False. Each command it
+    names is one of Snakemake's own arguments."""
+    import snakemake.cli
+
+    assert hooks.inspection_only() is False
+
+    def parse():
+        return hooks.inspection_only()
+
+    namespace = {"__name__": "snakemake.cli", "parse": parse}
+    exec("def args_to_api(args, parser):\n    return parse()\n", namespace)
+    call = namespace["args_to_api"]
+    assert call(SimpleNamespace(summary=True), None) is True
+    assert call(SimpleNamespace(report="r.html", report_after_run=False), None)
+    assert call(SimpleNamespace(report="r.html", report_after_run=True), None) is False
+    assert call(SimpleNamespace(summary=False, dryrun=False), None) is False
+    source = inspect.getsource(snakemake.cli.args_to_api)
+    missing = [n for n in hooks.INSPECTING_COMMANDS if f"args.{n}" not in source]
+    assert missing == [], missing
+
+
+def test_config_files_and_values_are_read_as_snakemake_reads_them(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("n_images: 4\nmodal: {gpu: T4}\n")
+    assert hooks.read_config_file(str(f)) == {"n_images": 4, "modal": {"gpu": "T4"}}
+    assert hooks.read_config_values(["n_images=4", "modal={gpu: T4}"]) == {
+        "n_images": 4,
+        "modal": {"gpu": "T4"},
+    }

@@ -1,10 +1,11 @@
 """
 What the workflow does to the running Snakemake, by concern.
 
-- `adapter`: the one module that touches Snakemake's internals (attributes and names
-  outside its documented API), each named in `adapter.INTERNALS` and checked against
-  the installed Snakemake by tests/test_snakemake_hooks.py; the speed patches, behind
-  one switch (`adapter.SPEED_ENV`).
+- `multigeom_workflow.snakemake_adapter` (beside this package, in the lowest layer):
+  the one module that touches Snakemake's internals (attributes and names outside its
+  documented API), each named in its `INTERNALS` and checked against the installed
+  Snakemake by tests/test_snakemake_hooks.py; the speed patches, behind one switch
+  (`SPEED_ENV`).
 - `start`: what runs when Snakemake parses the workflow (`start`), at ``onstart``
   (`on_start`) and at the end (`on_end`).
 - `estimate`: the estimate of what is left, read from Snakemake's own plan.
@@ -15,7 +16,7 @@ What the workflow does to the running Snakemake, by concern.
 The rule files (rules/*.smk) call the names this package exports, and nothing else.
 """
 
-from .adapter import INTERNALS, SPEED_ENV
+from ..snakemake_adapter import INTERNALS, SPEED_ENV
 from .estimate import PLAN_FILE_ENV
 from .resources import estimate_resources, settle_per_image_rules
 from .run import Run

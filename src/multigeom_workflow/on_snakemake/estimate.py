@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from .. import snakemake_adapter as adapter
 from ..planning.live_view import set_plan
 from ..planning.plan import (
     add_progress,
@@ -27,7 +28,6 @@ from ..planning.plan import (
 from ..planning.slurm import plan_for_run, shard_request
 from ..settings.layout import Computation
 from ..settings.names import ESTIMATE_RULE, PER_IMAGE_RULES
-from . import adapter
 from .run import Run, say
 
 __all__ = [

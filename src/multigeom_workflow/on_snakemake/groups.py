@@ -5,8 +5,8 @@ The shard groups of a remote executor: every shard's group (``shard-00``,
 
 from __future__ import annotations
 
+from .. import snakemake_adapter as adapter
 from ..planning.shards import SHARD_GROUP
-from . import adapter
 from .run import Run
 
 __all__ = ["register_groups"]

@@ -7,9 +7,9 @@ rules/science.smk).
 
 from __future__ import annotations
 
+from .. import snakemake_adapter as adapter
 from ..planning.slurm import CAP_RESOURCE, SHARD_RESOURCES
 from ..settings.names import CEILING_RULE, ESTIMATE_RULE, PER_IMAGE_RULES
-from . import adapter
 from .run import Run
 
 __all__ = ["estimate_resources", "settle_per_image_rules"]

@@ -12,7 +12,7 @@ from ..planning.shards import SHARD_GROUP
 from ..planning.slurm import SlurmPlan
 from ..scenario import Scenario
 from ..settings.layout import Computation
-from .adapter import Facts, GivenResources
+from ..snakemake_adapter import Facts, GivenResources
 
 __all__ = ["SLURM_JOBSTEP", "Run", "say"]
 
@@ -55,10 +55,14 @@ class Run:
         The shards and time limits of a sharded run on Modal
         (`multigeom_workflow.planning.slurm.modal_plan`), None for any other run.
     facts : Facts or None
-        What the running Snakemake is (`multigeom_workflow.on_snakemake.adapter.facts`),
+        What the running Snakemake is (`multigeom_workflow.snakemake_adapter.facts`),
         read once at parse time.
     given : GivenResources
         The resources a profile or the command line gave, as written.
+    refused_dates : list of str
+        Inputs whose recorded date this run could not set back
+        (`multigeom_workflow.planning.before_planning`): their registry entries stay
+        as recorded at the run's end.
     planned : list of Computation or None
         Snakemake's plan as per-image computations, read once it is built
         (`multigeom_workflow.on_snakemake.estimate.the_plan`); None before.
@@ -75,6 +79,7 @@ class Run:
     modal: SlurmPlan | None = None
     facts: Facts | None = None
     given: GivenResources = field(default_factory=GivenResources)
+    refused_dates: list[str] = field(default_factory=list)
     planned: list[Computation] | None = None
 
     @property

@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from .. import snakemake_adapter as adapter
 from ..compute.gpus import allocation_lock_dir
 from ..compute.request import RunSettings
 from ..compute.workers import clean_after_killed_runs
@@ -38,8 +39,8 @@ from ..scenario import ConfigError, Scenario, validated_scenario
 from ..settings.files import resolve_settings_file
 from ..settings.names import ESTIMATE_RULE
 from ..settings.seeds import job_seeds
-from . import adapter, estimate
-from .adapter import Facts
+from ..snakemake_adapter import Facts
+from . import estimate
 from .groups import register_groups
 from .run import Run, say
 
@@ -70,19 +71,22 @@ def check_installed_package(facts: Facts) -> None:
         )
 
 
-def _before_planning(scenario: Scenario, dryrun: bool) -> None:
+def _before_planning(scenario: Scenario, dryrun: bool) -> list[str]:
     """
     Before Snakemake plans (`multigeom_workflow.planning.before_planning`): in a real
     run, files kept by SLURM allocations that ended early put back, unchanged inputs'
     dates kept, changed per-image files checked and bad ones set aside; a dry run
     changes nothing and says what would be done. Either way Snakemake is shown the
     files as the real run leaves them (`show_snakemake`), so that its plan is the
-    real run's.
+    real run's. A command that runs no job (``--summary``, ``--list-changes``, ...:
+    `adapter.inspection_only`) changes nothing either. Returns the inputs whose
+    recorded date could not be set (kept as recorded at the run's end).
     """
-    done = before_planning(scenario, dry=dryrun)
+    done = before_planning(scenario, dry=dryrun or adapter.inspection_only())
     for line in done.lines:
         say(line)
     adapter.show_snakemake(done.view)
+    return done.refused_dates
 
 
 def _export_run_settings(facts: Facts, config: dict, scenario: Scenario) -> None:
@@ -162,8 +166,7 @@ def start(workflow, config: dict) -> Run:
         if line:
             say(line)
     main = facts.main  # not a job's own Snakemake (remote, subprocess)
-    if main:
-        _before_planning(scenario, dryrun)
+    refused_dates = _before_planning(scenario, dryrun) if main else []
     _export_run_settings(facts, config, scenario)
 
     run = Run(
@@ -172,6 +175,7 @@ def start(workflow, config: dict) -> Run:
         executor=adapter.executor_from_command_line(),
         facts=facts,
         given=adapter.given_resources(workflow),
+        refused_dates=refused_dates,
     )
     # Groups matter only where Snakemake submits them: remote executors, which
     # require --jobs (and the jobs they run remotely). Local runs ignore groups, and
@@ -265,7 +269,7 @@ def on_end(workflow, run: Run) -> None:
     `multigeom_workflow.compute.gpus.stop_gpu`), which only its job's log said.
     """
     if run.facts.main:
-        record_contents(run.scenario, restore=False)
+        record_contents(run.scenario, restore=False, keep=run.refused_dates)
         from ..compute.gpus import stopped_gpus
 
         for _, line in sorted(stopped_gpus(RunSettings.from_env().run_id).items()):

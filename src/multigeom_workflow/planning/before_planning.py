@@ -105,18 +105,25 @@ def content_inputs(scenario) -> list[str]:
     return sorted(set(out))
 
 
-def record_contents(scenario, restore: bool = True, dry: bool = False):
+def record_contents(
+    scenario, restore: bool = True, dry: bool = False, keep: Iterable[str] = ()
+):
     """
     Record the content of the run's inputs (`content_inputs`) in the registry, and
     with `restore` give unchanged ones their recorded dates
-    (`keep_dates_of_unchanged_content`; with `dry`, say so and write nothing).
+    (`keep_dates_of_unchanged_content`; with `dry`, say so and write nothing; the
+    entries of `keep`, dates this run could not set, left as recorded).
 
     Returns
     -------
     multigeom_workflow.planning.content_dates.ContentDates
     """
     return keep_dates_of_unchanged_content(
-        content_inputs(scenario), Path(scenario.runs_dir) / REGISTRY_NAME, restore, dry
+        content_inputs(scenario),
+        Path(scenario.runs_dir) / REGISTRY_NAME,
+        restore,
+        dry,
+        keep,
     )
 
 
@@ -132,14 +139,18 @@ class BeforePlanning:
         something could not be done).
     view : PlanningView
         The files Snakemake must see other than on disk while it plans
-        (`multigeom_workflow.on_snakemake.adapter.show_snakemake`).
+        (`multigeom_workflow.snakemake_adapter.show_snakemake`).
     set_aside : list of str
         Per-image files set aside (in a dry run: that would be), hence planned.
+    refused_dates : list of str
+        Inputs whose recorded date a real run could not set back (their registry
+        entries stay as recorded: `record_contents`' ``keep`` at the run's end).
     """
 
     lines: list[str] = field(default_factory=list)
     view: PlanningView = field(default_factory=PlanningView)
     set_aside: list[str] = field(default_factory=list)
+    refused_dates: list[str] = field(default_factory=list)
 
 
 def _reason(err: OSError) -> str:
@@ -160,7 +171,8 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
     ----------
     scenario : multigeom_workflow.scenario.Scenario
     dry : bool
-        ``snakemake -n``: write, rename, link and date nothing.
+        ``snakemake -n`` (or a command that only inspects: ``--summary``,
+        ``--list-changes``, ...): write, rename, link and date nothing.
 
     Returns
     -------
@@ -179,13 +191,18 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
     # 1. SLURM shards cut short: their finished files back
     if dry:
         ended = ended_allocation_files(per_image_folders(scenario))
-        if ended.put_back:
+        # a file its folder's user may not write back stays missing: computed
+        back = [
+            (t, k) for t, k in ended.put_back if os.access(t.parent, os.W_OK | os.X_OK)
+        ]
+        if back:
             out.lines.append(
-                f"would put back {len(ended.put_back)} per-image file(s) finished in "
-                f"SLURM allocation(s) that ended early ({', '.join(ended.ended)}): "
-                "only the images still missing would be computed"
+                f"would put back {len(back)} per-image file(s) finished in "
+                f"SLURM allocation(s) that ended early ({', '.join(ended.ended)}; "
+                "UNKNOWN: SLURM gave no state): only the images still missing would "
+                "be computed"
             )
-            out.view.add(present={str(t): str(k) for t, k in ended.put_back})
+            out.view.add(present={str(t): str(k) for t, k in back})
     else:
         line = restore_ended_allocations(scenario)
         if line:
@@ -194,6 +211,7 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
     dates = record_contents(scenario, dry=dry)
     out.lines += dates.lines()
     out.view.add(dates=dates.dates)
+    out.refused_dates = [f for f, _ in dates.refused]
     # 3. per-image files changed behind the check's back
     checked = scenario.layout.per_image_checked
     changed = changed_since_checked([f for f, *_ in run_files(scenario)], checked)
@@ -205,7 +223,7 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
         if dry:
             out.lines.append(
                 f"warning: per-image file {f} {why}: would be set aside as "
-                "<name>.bad and computed again"
+                f"{Path(f).name}.bad and computed again"
             )
             out.view.add(missing=[f])
             out.set_aside.append(f)
@@ -220,7 +238,7 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
             out.view.add(missing=[f])
         else:
             out.lines.append(
-                f"warning: per-image file {f} {why}: set aside as <name>.bad, "
+                f"warning: per-image file {f} {why}: set aside as {Path(f).name}.bad, "
                 "computed again in this run"
             )
         out.set_aside.append(f)

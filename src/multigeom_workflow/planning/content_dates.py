@@ -78,7 +78,7 @@ class ContentDates:
         Files Snakemake must see with their recorded date (ns since the epoch) that do
         not have it on disk: every restored one in a dry run, which changes nothing,
         and in a real run those whose date could not be set (`refused`).
-        `multigeom_workflow.on_snakemake.adapter.show_snakemake` shows Snakemake these
+        `multigeom_workflow.snakemake_adapter.show_snakemake` shows Snakemake these
         dates while it plans.
     refused : list of (str, str)
         (file, reason) of each date this run could not set (the file is another
@@ -144,6 +144,7 @@ def keep_dates_of_unchanged_content(
     registry: str | Path,
     restore: bool = True,
     dry: bool = False,
+    keep: Iterable[str] = (),
 ) -> ContentDates:
     """
     Give every file of `files` whose content is the one recorded in `registry` its
@@ -154,19 +155,25 @@ def keep_dates_of_unchanged_content(
     nothing: say what a real run would do, and hand the dates it would set to the
     planning (`ContentDates.dates`).
 
+    A symbolic link has two dates Snakemake reads (its own and its target's: the later
+    counts, snakemake/io `_IOFile.is_newer`): both are given back.
+
     A date that cannot be set (``os.utime`` refused: a file of another user, a
     read-only mount) or a registry that cannot be written never stops the run: each
     is said in one line (`ContentDates.lines`), and the refused dates are shown to
-    Snakemake as they would have been.
+    Snakemake as they would have been; their entries stay as recorded (the end of the
+    run passes them as `keep`), so that every later run shows the same.
 
     Parameters
     ----------
     files : iterable of path
-        Regular files the per-image results depend on; missing ones are skipped (a
-        rule of the run makes them), and stay in the registry.
+        Regular files (or links to them) the per-image results depend on; missing ones
+        are skipped (a rule of the run makes them), and stay in the registry.
     registry : path
         The JSON registry, ``{path: [size, mtime_ns, ctime_ns, sha256]}``, rewritten
         atomically when something changed (paths as given).
+    keep : iterable of str
+        Files whose entries stay as they are (dates this run could not set).
 
     Returns
     -------
@@ -181,37 +188,51 @@ def keep_dates_of_unchanged_content(
     except (OSError, ValueError, KeyError, AttributeError):
         entries = {}
     out = ContentDates(dry=dry)
+    keep = set(map(str, keep))
     dirty = False
     for f in dict.fromkeys(map(str, files)):
+        if f in keep:
+            continue
         try:
             st = os.stat(f)
+            link = os.lstat(f) if os.path.islink(f) else None
         except OSError:
             continue
         key = _stat_key(st)
         known = entries.get(f)
         if known and known[:3] == key:
-            continue
-        digest = sha256_of(f)
-        out.hashed += 1
-        if known and known[3] == digest and known[0] == st.st_size:
-            if restore and known[1] != st.st_mtime_ns:
-                out.restored.append(f)
-                if dry:
-                    out.dates[f] = known[1]
-                    continue
-                try:
-                    os.utime(f, ns=(st.st_atime_ns, known[1]))
-                except OSError as err:
-                    out.refused.append((f, _reason(err)))
-                    out.dates[f] = known[1]
-                    continue  # its entry stays: the next run tries again
-            key = _stat_key(os.stat(f))  # the status-change time moved
-            entries[f] = [*key, digest]
+            digest = known[3]
         else:
+            digest = sha256_of(f)
+            out.hashed += 1
+        if not (known and known[3] == digest and known[0] == st.st_size):
             if known:
                 out.changed.append(f)
             entries[f] = [*key, digest]
-        dirty = True
+            dirty = True
+            continue
+        recorded = known[1]
+        target_moved = st.st_mtime_ns != recorded
+        link_moved = link is not None and link.st_mtime_ns != recorded
+        if restore and (target_moved or link_moved):
+            if dry:
+                out.restored.append(f)
+                out.dates[f] = recorded
+                continue
+            try:
+                if target_moved:
+                    os.utime(f, ns=(st.st_atime_ns, recorded))
+                if link_moved:
+                    os.utime(f, ns=(link.st_atime_ns, recorded), follow_symlinks=False)
+            except OSError as err:
+                out.refused.append((f, _reason(err)))
+                out.dates[f] = recorded
+                continue  # its entry stays: every later run shows the same
+            out.restored.append(f)
+            key = _stat_key(os.stat(f))  # the status-change time moved
+        if known[:3] != key:
+            entries[f] = [*key, digest]
+            dirty = True
     if dirty and not dry:
         try:
             with atomic_path(registry) as tmp:

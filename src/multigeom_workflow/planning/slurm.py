@@ -589,7 +589,7 @@ def plan_for_run(
     Parameters
     ----------
     scenario : Scenario
-    given : multigeom_workflow.on_snakemake.adapter.GivenResources
+    given : multigeom_workflow.snakemake_adapter.GivenResources
         The resources a profile or the command line gave, as written.
     nodes : int or None
         ``--jobs`` of a remote executor.
@@ -601,7 +601,7 @@ def plan_for_run(
         As for `slurm_plan`: Snakemake's plan (the dry run's estimate).
     executor : str or None
         The executor in use
-        (`multigeom_workflow.on_snakemake.adapter.executor_from_command_line`).
+        (`multigeom_workflow.snakemake_adapter.executor_from_command_line`).
     """
     own = given.per_rule.get(ESTIMATE_RULE, {})
     default = given.default
@@ -746,7 +746,7 @@ SHARD_ASKS = (
 def shard_request(resources: dict) -> dict[str, str]:
     """
     What each allocation asks SLURM for, from the resources in force of the
-    per-image rule (`multigeom_workflow.on_snakemake.adapter.resources_in_force`:
+    per-image rule (`multigeom_workflow.snakemake_adapter.resources_in_force`:
     declared in the rule, `SHARD_RESOURCES`, with a profile's or the command line's
     ``set-resources`` applied by Snakemake): name -> value as a string, for the names
     of `SHARD_ASKS` that are set.
@@ -770,7 +770,7 @@ def profile_placeholders(given) -> list[str]:
 
     Parameters
     ----------
-    given : multigeom_workflow.on_snakemake.adapter.GivenResources
+    given : multigeom_workflow.snakemake_adapter.GivenResources
     """
     lines = []
     for rule, resources in given.per_rule.items():

@@ -21,13 +21,14 @@ SNAKEFILE_CONFIGFILE = "config/config.yaml"
 
 def _load_configfile(path: str, flag: str) -> dict:
     """Snakemake's `load_configfile`, its errors as one line naming the file."""
-    from snakemake.common.configfile import load_configfile
     from snakemake_interface_common.exceptions import WorkflowError
+
+    from ..snakemake_adapter import read_config_file
 
     if not Path(path).is_file():
         raise ConfigError(f"{flag} {path!r}: no such file")
     try:
-        return load_configfile(path)
+        return read_config_file(path)
     except WorkflowError as err:
         if "keys at top level" in str(err):
             import yaml
@@ -61,14 +62,15 @@ def load_config(
         One line naming the file or the entry: a missing file, a file that is not a
         mapping, an override that is not ``KEY=VALUE``.
     """
-    from snakemake.cli import parse_config
     from snakemake.utils import update_config
+
+    from ..snakemake_adapter import read_config_values
 
     command_line: dict = {}
     for name in configfiles:
         update_config(command_line, _load_configfile(name, "--configfile"))
     try:
-        update_config(command_line, parse_config(overrides))
+        update_config(command_line, read_config_values(overrides))
     except Exception as err:  # ValueError, Snakemake's WorkflowError
         raise ConfigError(f"--config {' '.join(overrides)!r}: {err}") from None
     config = copy.deepcopy(command_line)

@@ -1,18 +1,24 @@
 """
 The one module that touches Snakemake's internals.
 
+It sits in the package's lowest layer (it imports nothing of the workflow), so that
+every part may call it: `multigeom_workflow.on_snakemake` (what the workflow does to
+the running Snakemake), `multigeom_workflow.settings.load` (a config read as
+Snakemake reads it).
+
 Everything the workflow reads of or writes to the running Snakemake that is not in
 its documented API (the Snakefile's ``workflow`` object beyond ``basedir``, its DAG,
 scheduler, logger, resource classes and file class) goes through a function here, and
 each attribute or private name used is listed in `INTERNALS` with its use;
 tests/test_snakemake_hooks.py checks each against the installed Snakemake, and CI runs
 that file with the oldest and the newest Snakemake the package accepts. The other
-modules of `multigeom_workflow.on_snakemake` call these functions with the
-``workflow`` object and never read it themselves.
+modules call these functions with the ``workflow`` object and never read it
+themselves (a scan in tests/test_snakemake_hooks.py fails when one does).
 
 Three kinds of use:
 
 - reading the run: `facts`, `given_resources`, `executor_from_command_line`,
+  `inspection_only`, `read_config_file`, `read_config_values`,
   `executor_name`, `slurm_status_command`, `submit_dir`, `resources_in_force`,
   `planned_jobs`, `when_plan_built`;
 - acting on it: `share_group_name` (shard groups), `limit_local_gpus`,
@@ -102,6 +108,14 @@ INTERNALS = {
     "snakemake.io._IOFile.mtime_uncached": "a file as a real run leaves it (date)",
     "snakemake.io._IOFile.size_local": "a file as a real run leaves it (size)",
     "snakemake.io._IOFile.file": "the path a rule's file names",
+    "snakemake.io._IOFile.is_fifo": "a file put back by a real run (its kind)",
+    "snakemake.io._IOFile.checksum": "a file put back by a real run (its content)",
+    "snakemake.io._IOFile(file, rule=)": "the file a put-back one is read from",
+    "snakemake.cli.args_to_api(args): args.<command>": (
+        "a command that only inspects (inspection_only)"
+    ),
+    "snakemake.common.configfile.load_configfile": "a config file as Snakemake reads",
+    "snakemake.cli.parse_config": "--config values as Snakemake parses them",
 }
 
 #: The switch of every speed patch: ``MULTIGEOM_SPEED_PATCHES=off`` (or ``0``,
@@ -234,8 +248,16 @@ def executor_from_command_line() -> str | None:
     line parses it inside ``snakemake.cli.args_to_api(args, parser)`` (when it builds
     the DAG API), whose ``args.executor`` is read from the call's frame. Snakemake
     9.27 keeps the intended executor there in a dry run (its dry run is a
-    ``pseudo_executor``); 9.19 sets it to ``"dryrun"``. None outside Snakemake's
-    command line (its Python API).
+    ``pseudo_executor``); 9.19 to 9.26 set it to ``"dryrun"``. None outside
+    Snakemake's command line (its Python API).
+    """
+    value = getattr(_command_line_args(), "executor", None)
+    return value if isinstance(value, str) else None
+
+
+def _command_line_args():
+    """The ``args`` of Snakemake's command line while it parses the Snakefile
+    (``snakemake.cli.args_to_api(args, parser)`` up the stack), or None.
     """
     frame = sys._getframe(1)
     while frame is not None:
@@ -243,10 +265,75 @@ def executor_from_command_line() -> str | None:
             frame.f_code.co_name == "args_to_api"
             and frame.f_globals.get("__name__") == "snakemake.cli"
         ):
-            value = getattr(frame.f_locals.get("args"), "executor", None)
-            return value if isinstance(value, str) else None
+            return frame.f_locals.get("args")
         frame = frame.f_back
     return None
+
+
+#: Snakemake's commands that read the workflow and its files but run no job
+#: (snakemake/cli.py, `args_to_api`: each its own branch before `execute_workflow`).
+INSPECTING_COMMANDS = (
+    "lint",
+    "list_target_rules",
+    "list_rules",
+    "print_compilation",
+    "dag",
+    "d3dag",
+    "rulegraph",
+    "filegraph",
+    "generate_unit_tests",
+    "unlock",
+    "cleanup_metadata",
+    "cleanup_shadow",
+    "conda_cleanup_envs",
+    "conda_create_envs_only",
+    "list_conda_envs",
+    "container_cleanup_images",
+    "containerize",
+    "list_changes",
+    "list_input_changes",
+    "list_params_changes",
+    "list_untracked",
+    "summary",
+    "detailed_summary",
+    "archive",
+    "delete_all_output",
+    "delete_temp_output",
+)
+
+
+def inspection_only() -> bool:
+    """
+    Whether this Snakemake runs a command that runs no job (`INSPECTING_COMMANDS`:
+    ``--summary``, ``--list-changes``, ``--dag``, ``--unlock``, ``--lint``, ...;
+    ``--report`` without ``--report-after-run``): like a dry run, it must change no
+    file of the user's. False outside Snakemake's command line.
+    """
+    args = _command_line_args()
+    if args is None:
+        return False
+    if getattr(args, "report", None) and not getattr(args, "report_after_run", False):
+        return True
+    return any(getattr(args, name, None) for name in INSPECTING_COMMANDS)
+
+
+def read_config_file(path: str) -> dict:
+    """A config file read as Snakemake reads ``--configfile`` (YAML or JSON;
+    ``snakemake.common.configfile.load_configfile``); raises Snakemake's
+    ``WorkflowError`` on a file it cannot read.
+    """
+    from snakemake.common.configfile import load_configfile as load
+
+    return load(path)
+
+
+def read_config_values(entries: list[str]) -> dict:
+    """``--config key=value`` entries parsed as Snakemake parses them
+    (``snakemake.cli.parse_config``: int, float, bool, then YAML's base loader).
+    """
+    from snakemake.cli import parse_config as parse
+
+    return parse(entries)
 
 
 def executor_name(workflow) -> str | None:
@@ -411,22 +498,27 @@ def show_snakemake(view) -> bool:
     A dry run changes no file (Snakemake's promise for ``-n``), yet its plan must be
     the one a real run builds after what it changes before planning
     (`multigeom_workflow.planning.before_planning`). Snakemake's planning reads a
-    local file only through three methods of its file class (snakemake/dag.py and
-    snakemake/io: ``_IOFile.exists_local``, ``mtime_uncached`` and ``size_local``;
-    its IO cache stores what they return): they are wrapped so that the files of
-    `view` read as the real run leaves them, every other file as before. Call it
-    before Snakemake builds its plan (at parse time).
+    local file through methods of its file class (snakemake/dag.py and snakemake/io:
+    ``_IOFile.exists_local``, ``mtime_uncached`` and ``size_local``, and for a file
+    of 1 MB or less newer than an output ``is_fifo`` and ``checksum``; its IO cache
+    stores what they return): they are wrapped so that the files of `view` read as
+    the real run leaves them (a file put back is read from where it comes from),
+    every other file as before. Call it before Snakemake builds its plan (at parse
+    time).
     """
     if not view:
         return False
     from snakemake.io import _IOFile
     from snakemake_interface_storage_plugins.io import Mtime
 
-    for name in ("exists_local", "mtime_uncached", "size_local"):
+    names = ("exists_local", "mtime_uncached", "size_local", "is_fifo", "checksum")
+    for name in names:
         _ORIGINAL_FILE_METHODS.setdefault(name, getattr(_IOFile, name))
     exists_local = _ORIGINAL_FILE_METHODS["exists_local"]
     mtime_uncached = _ORIGINAL_FILE_METHODS["mtime_uncached"]
     size_local = _ORIGINAL_FILE_METHODS["size_local"]
+    is_fifo = _ORIGINAL_FILE_METHODS["is_fifo"]
+    checksum = _ORIGINAL_FILE_METHODS["checksum"]
     missing, dates, present = view.missing, view.dates, view.present
 
     async def seen_exists_local(self):
@@ -451,9 +543,25 @@ def show_snakemake(view) -> bool:
             return os.path.getsize(present[path])
         return await size_local(self)
 
+    def seen_is_fifo(self):
+        path = os.path.abspath(self.file)
+        if path in present:
+            return is_fifo(_IOFile(present[path], rule=self.rule))
+        return is_fifo(self)
+
+    async def seen_checksum(self, *args, **kwargs):
+        path = os.path.abspath(self.file)
+        if path in present:  # the bytes a real run puts back
+            return await checksum(
+                _IOFile(present[path], rule=self.rule), *args, **kwargs
+            )
+        return await checksum(self, *args, **kwargs)
+
     _IOFile.exists_local = seen_exists_local
     _IOFile.mtime_uncached = seen_mtime_uncached
     _IOFile.size_local = seen_size_local
+    _IOFile.is_fifo = seen_is_fifo
+    _IOFile.checksum = seen_checksum
     return True
 
 
