@@ -129,13 +129,14 @@ def test_damaged_file_with_its_date_kept_is_named_and_planned(tiny_copy, damage)
 
 
 def tree(root: Path) -> dict[str, tuple]:
-    """Every file and folder under `root` but Snakemake's own IO cache and lock
-    folder (a dry run writes them: snakemake/dag.py, `save_iocache`): its name ->
-    (size, modification time in ns, bytes) (folders: (0, time, b""))."""
+    """Every file and folder under `root` but Snakemake's own IO cache, lock folder
+    and logs (a dry run writes the first two: snakemake/dag.py, `save_iocache`; a
+    command such as --summary its log): its name -> (size, modification time in ns,
+    bytes) (folders: (0, time, b""))."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith((".snakemake/iocache", ".snakemake/locks")):
+        if rel.startswith((".snakemake/iocache", ".snakemake/locks", ".snakemake/log")):
             continue
         st = path.lstat()
         if path.is_file() and not path.is_symlink():
