@@ -9,7 +9,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_error_line"]
+__all__ = ["atomic_path", "error_reason", "write_error_line"]
 
 #: What torch's file writer says when the disk fills up under it (its zip writer
 #: checks positions: ``[enforce fail at inline_container.cc:...] . unexpected pos``).
@@ -45,6 +45,13 @@ def atomic_path(final: str | Path):
         tmp.replace(final)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def error_reason(err: OSError) -> str:
+    """An OSError in a few words for a line of the run's output: its class and the
+    system's message (``PermissionError: Operation not permitted``).
+    """
+    return f"{type(err).__name__}: {err.strerror or err}"
 
 
 def write_error_line(err: BaseException, path: str | Path) -> str | None:

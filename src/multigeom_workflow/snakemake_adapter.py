@@ -214,9 +214,10 @@ class GivenResources:
     limits: dict[str, int | float] = field(default_factory=dict)
 
     def of_rule(self, rule: str, name: str) -> str | None:
-        """A resource of `rule` as given: its own set-resources, else the default."""
-        own = self.per_rule.get(rule, {})
-        return own.get(name, self.default.get(name))
+        """A resource of `rule` as given: its own set-resources, else (unset or
+        empty) the default-resources; None when neither gives it.
+        """
+        return self.per_rule.get(rule, {}).get(name) or self.default.get(name)
 
 
 def given_resources(workflow) -> GivenResources:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomic import error_reason
 from ..compute.kept import ended_allocation_files
 from .content_dates import REGISTRY_NAME, keep_dates_of_unchanged_content
 
@@ -140,8 +141,6 @@ class BeforePlanning:
     view : PlanningView
         The files Snakemake must see other than on disk while it plans
         (`multigeom_workflow.snakemake_adapter.show_snakemake`).
-    set_aside : list of str
-        Per-image files set aside (in a dry run: that would be), hence planned.
     refused_dates : list of str
         Inputs whose recorded date a real run could not set back (their registry
         entries stay as recorded: `record_contents`' ``keep`` at the run's end).
@@ -149,12 +148,7 @@ class BeforePlanning:
 
     lines: list[str] = field(default_factory=list)
     view: PlanningView = field(default_factory=PlanningView)
-    set_aside: list[str] = field(default_factory=list)
     refused_dates: list[str] = field(default_factory=list)
-
-
-def _reason(err: OSError) -> str:
-    return f"{type(err).__name__}: {err.strerror or err}"
 
 
 def before_planning(scenario, dry: bool) -> BeforePlanning:
@@ -226,14 +220,13 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
                 f"{Path(f).name}.bad and computed again"
             )
             out.view.add(missing=[f])
-            out.set_aside.append(f)
             continue
         try:
             set_aside([f])
         except OSError as err:
             out.lines.append(
                 f"warning: per-image file {f} {why}: could not be set aside "
-                f"({_reason(err)}): planned again as if it had been"
+                f"({error_reason(err)}): planned again as if it had been"
             )
             out.view.add(missing=[f])
         else:
@@ -241,7 +234,6 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
                 f"warning: per-image file {f} {why}: set aside as {Path(f).name}.bad, "
                 "computed again in this run"
             )
-        out.set_aside.append(f)
     good = set(changed) - {f for f, _ in bad}
     if good and not dry:
         try:
@@ -249,6 +241,7 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
         except OSError as err:
             out.lines.append(
                 f"warning: could not record {len(good)} per-image file(s) checked "
-                f"again in {checked} ({_reason(err)}): the next run checks them again"
+                f"again in {checked} ({error_reason(err)}): the next run checks them "
+                "again"
             )
     return out

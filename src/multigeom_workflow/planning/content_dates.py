@@ -134,11 +134,6 @@ class ContentDates:
         return out
 
 
-def _reason(err: OSError) -> str:
-    """An OSError in a few words: its class and the system's message."""
-    return f"{type(err).__name__}: {err.strerror or err}"
-
-
 def keep_dates_of_unchanged_content(
     files: Iterable[str | Path],
     registry: str | Path,
@@ -179,7 +174,7 @@ def keep_dates_of_unchanged_content(
     -------
     ContentDates
     """
-    from ..atomic import atomic_path
+    from ..atomic import atomic_path, error_reason
 
     registry = Path(registry)
     try:
@@ -225,7 +220,7 @@ def keep_dates_of_unchanged_content(
                 if link_moved:
                     os.utime(f, ns=(link.st_atime_ns, recorded), follow_symlinks=False)
             except OSError as err:
-                out.refused.append((f, _reason(err)))
+                out.refused.append((f, error_reason(err)))
                 out.dates[f] = recorded
                 continue  # its entry stays: every later run shows the same
             out.restored.append(f)
@@ -240,5 +235,5 @@ def keep_dates_of_unchanged_content(
                     json.dumps({"version": _VERSION, "files": entries})
                 )
         except OSError as err:
-            out.registry_problem = f"{registry}: {_reason(err)}"
+            out.registry_problem = f"{registry}: {error_reason(err)}"
     return out

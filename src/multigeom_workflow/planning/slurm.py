@@ -612,7 +612,7 @@ def plan_for_run(
         return None
     if executor != "slurm" and not any(name.startswith("slurm_") for name in asked):
         return None
-    cap = _given(own, CAP_RESOURCE) or _given(default, CAP_RESOURCE)
+    cap = given.of_rule(ESTIMATE_RULE, CAP_RESOURCE)
     try:
         cap_min = int(float(cap)) if cap else None
     except ValueError:
@@ -631,7 +631,7 @@ def plan_for_run(
             precision=scenario.precision,
         ),
         num_shards(shards_setting, nodes),
-        partition=_given(own, "slurm_partition") or _given(default, "slurm_partition"),
+        partition=given.of_rule(ESTIMATE_RULE, "slurm_partition"),
         profile_cap=cap_min,
         planned=planned,
     )

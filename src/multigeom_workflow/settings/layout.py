@@ -86,11 +86,6 @@ class Computation(NamedTuple):
         return (self.encoder, self.area)
 
     @property
-    def image(self) -> ImageKey:
-        """The configuration's test image it estimates."""
-        return ImageKey(self.encoder, self.area, self.index)
-
-    @property
     def rule(self) -> str:
         """The rule whose job computes it (`multigeom_workflow.settings.names`)."""
         return CEILING_RULE if self.ceiling else ESTIMATE_RULE
