@@ -81,6 +81,8 @@ rule fit_demo_encoder:
         seed=DEMO["seed"],
         backbone_epochs=DEMO["backbone_epochs"],
         backbone_lr=DEMO["backbone_lr"],
+        backbone_batch_size=DEMO["backbone_batch_size"],
+        backbone_readout_lr=DEMO["backbone_readout_lr"],
     log:
         "logs/fit_demo_encoder/{encoder}/{area}.log",
     benchmark:

@@ -27,6 +27,8 @@ with job_log(snakemake.log[0]):
         out=snakemake.output.encoder,
         backbone_epochs=params.backbone_epochs,
         backbone_lr=params.backbone_lr,
+        backbone_batch_size=params.backbone_batch_size,
+        backbone_readout_lr=params.backbone_readout_lr,
         test_images=tests,
     )
     with atomic_path(snakemake.output.report) as tmp:

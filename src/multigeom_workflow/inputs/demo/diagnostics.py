@@ -13,7 +13,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["conditioning_sensitivity", "encoder_warnings"]
+__all__ = ["conditioning_sensitivity", "encoder_warnings", "test_image_correlation"]
 
 
 def encoder_warnings(
@@ -142,3 +142,37 @@ def _sensitivity(encoder, unet, alphas_cumprod, images, timesteps, sigma, seed):
         "pair_mean": float(np.mean(pair)),
         "other_image_mean": float(np.mean(other)),
     }
+
+
+def test_image_correlation(encoder, area: dict, images: torch.Tensor) -> float:
+    """
+    How well an encoder predicts its area on the test images: the mean over neurons of
+    the Pearson correlation, across `images`, between the encoder's responses and the
+    area's noiseless ones (its `GaborTeacher`; upstream's
+    `multigeom.encoders.fitting.correlation_per_neuron`, which gives 0 for a neuron
+    constant on the images).
+
+    Parameters
+    ----------
+    encoder : multigeom.encoders.NeuralEncoder
+        f: images (B, 1, 64, 64) -> responses (B, N), with ``predict``.
+    area : dict
+        A demo area, as `multigeom_workflow.inputs.demo.data.simulate_area` returns it.
+    images : torch.Tensor
+        Of shape (B, 1, 64, 64), pixels in [-1, 1], B >= 2 (the demo: its 16 test
+        photographs).
+
+    Returns
+    -------
+    float
+        In [-1, 1].
+    """
+    import torch
+
+    from multigeom.encoders.fitting import correlation_per_neuron
+
+    from .data import load_teacher
+
+    with torch.no_grad():
+        clean = load_teacher(area)(images)
+    return float(np.mean(correlation_per_neuron(encoder.predict(images), clean)))

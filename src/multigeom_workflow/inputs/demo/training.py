@@ -63,12 +63,25 @@ def build_demo_encoder(name: str, seed: int, n_neurons: int = 50):
 
 
 def train_backbone(
-    encoder, crops: torch.Tensor, responses: torch.Tensor, *, epochs: int, lr: float
+    encoder,
+    crops: torch.Tensor,
+    responses: torch.Tensor,
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int = 64,
+    readout_lr: float | None = None,
 ) -> None:
     """
     Train a demo encoder end to end (backbone and readout) on an area's responses:
-    Adam with a one-cycle schedule of peak `lr`, mean squared error, batches of 64
-    in an order drawn from torch's global generator (seed it first). `fit_readout`
+    Adam with a one-cycle schedule of peak `lr` for the backbone and `readout_lr` for
+    the readout, mean squared error, batches of `batch_size` in an order drawn from
+    torch's global generator (seed it first). The readout needs the larger rate: its
+    spatial weights start flat (upstream's `FactorizedReadout` softmax logits near 0)
+    and must grow by orders of magnitude to pick a neuron's receptive field; at the
+    backbone's rate, widecnn/simple reached a correlation of 0.45 on the test images
+    in 8 epochs, at ten times it 0.78 (benchmarks/demo_encoder_settings.py,
+    docs/measurements.md). `fit_readout`
     then freezes the backbone and fits the readout again, as for a pretrained one.
 
     Parameters
@@ -81,14 +94,26 @@ def train_backbone(
         Of shape (n, n_neurons), the noisy responses.
     epochs : int
         Passes over the crops; 0 leaves the encoder as it is.
+    lr : float
+        The backbone's peak learning rate.
+    batch_size : int
+        Crops per step.
+    readout_lr : float, optional
+        The readout's peak learning rate; by default `lr`.
     """
     if epochs < 1:
         return
-    batch = 64
+    batch = batch_size
+    readout_lr = lr if readout_lr is None else readout_lr
     steps = epochs * ((len(crops) + batch - 1) // batch)
-    optimizer = torch.optim.Adam(encoder.parameters(), lr=lr)
+    readout = list(encoder.readout.parameters())
+    in_readout = {id(p) for p in readout}
+    backbone = [p for p in encoder.parameters() if id(p) not in in_readout]
+    optimizer = torch.optim.Adam(
+        [{"params": backbone, "lr": lr}, {"params": readout, "lr": readout_lr}]
+    )
     schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=lr, total_steps=steps
+        optimizer, max_lr=[lr, readout_lr], total_steps=steps
     )
     encoder.train()
     for _ in range(epochs):
@@ -114,6 +139,8 @@ def fit_demo_encoder(
     out: str | Path,
     backbone_epochs: int = 0,
     backbone_lr: float = 3e-3,
+    backbone_batch_size: int = 64,
+    backbone_readout_lr: float | None = None,
     val_fraction: float = 0.1,
     test_images: torch.Tensor | None = None,
 ) -> dict:
@@ -122,7 +149,8 @@ def fit_demo_encoder(
 
     The last `val_fraction` of the crops are held out; on the others, a trainable
     backbone (``smallcnn``, ``widecnn``) is first trained end to end for
-    `backbone_epochs` (`train_backbone`), then upstream's `NeuralEncoder.fit_readout`
+    `backbone_epochs` in batches of `backbone_batch_size`, the readout at peak rate
+    `backbone_readout_lr` (`train_backbone`), then upstream's `NeuralEncoder.fit_readout`
     freezes it and fits the readout to the noisy responses.
 
     Returns
@@ -132,11 +160,15 @@ def fit_demo_encoder(
         (upstream's best validation correlation with the noisy responses),
         ``val_corr_clean`` (mean over neurons of the correlation with the area's
         noiseless responses on the held-out crops), ``ground_truth_corr`` (the same on
-        the crops fitted), ``response_std`` (mean over neurons of the standard
+        the crops fitted), ``test_corr_clean`` (the same on `test_images`, when given:
+        `multigeom_workflow.inputs.demo.diagnostics.test_image_correlation`),
+        ``response_std`` (mean over neurons of the standard
         deviation of the predicted responses across `test_images`, or across the
         held-out crops without them) and ``noise_sigma``.
     """
     from multigeom.encoders.fitting import correlation_per_neuron
+
+    from .diagnostics import test_image_correlation
 
     n_val = max(2, int(round(val_fraction * len(crops))))
     fit, held = slice(0, len(crops) - n_val), slice(len(crops) - n_val, None)
@@ -148,6 +180,8 @@ def fit_demo_encoder(
             area["noisy"][fit],
             epochs=backbone_epochs,
             lr=backbone_lr,
+            batch_size=backbone_batch_size,
+            readout_lr=backbone_readout_lr,
         )
     report = encoder.fit_readout(
         crops[fit], area["noisy"][fit], epochs=epochs, lr=lr, seed=seed
@@ -170,6 +204,11 @@ def fit_demo_encoder(
             )
         ),
         "response_std": float(encoder.predict(scored).std(dim=0).mean()),
+        **(
+            {"test_corr_clean": test_image_correlation(encoder, area, test_images)}
+            if test_images is not None
+            else {}
+        ),
         "noise_sigma": float(area["noise_sigma"]),
     }
     with atomic_path(out) as tmp:
