@@ -16,7 +16,7 @@ ratio, never from two runs made at different times (the machine is shared).
 
 Usage:
     python benchmarks/demo_cpu.py [-- COMMAND ...]
-        (default command: snakemake --profile profiles/local-cpu; run it in a fresh clone)
+        (default command: snakemake --profile profiles/local-cpu; in a fresh clone)
     python benchmarks/demo_cpu.py --against REV [--this REV] [--keep DIR]
         (REV first, then --this, by default HEAD: commits, so commit your work first)
 """
@@ -81,7 +81,8 @@ def measure(command: list[str], cwd: str | None = None, env: dict | None = None)
 def describe(m: dict) -> str:
     """One line for a `measure` result."""
     return (
-        f"exit status {m['rc']}; wall-clock {m['wall_s']:.0f} s; CPU {m['cpu_s']:.0f} s "
+        f"exit status {m['rc']}; wall-clock {m['wall_s']:.0f} s; "
+        f"CPU {m['cpu_s']:.0f} s "
         f"(user {m['user_s']:.0f} s, system {m['system_s']:.0f} s), "
         f"{m['cpu_s'] / m['wall_s']:.2f} cores busy on average; load average (1, 5, "
         f"15 min) before {', '.join(f'{x:.2f}' for x in m['load_before'])}, after "

@@ -60,8 +60,8 @@ def main(argv=None):
     print(f"A at k = {k}, mean ± s.e.m. over images")
     print(
         "| configuration | corr. with noiseless responses (held-out crops) | the same "
-        f"({len(tests)} test images) | response std (test images) | ‖ε(r₁) − ε(r₂)‖/‖ε‖ "
-        "same image / other image | noise ceiling of G (2 seeds) | G vs truth | J vs "
+        f"({len(tests)} test images) | response std (test images) | "
+        "‖ε(r₁) − ε(r₂)‖/‖ε‖ same image / other image | noise ceiling of G (2 seeds) | G vs truth | J vs "
         "truth |"
     )
     print("|---|---|---|---|---|---|---|---|")

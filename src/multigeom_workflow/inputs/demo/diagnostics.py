@@ -168,7 +168,6 @@ def test_image_correlation(encoder, area: dict, images: torch.Tensor) -> float:
         In [-1, 1].
     """
     import torch
-
     from multigeom.encoders.fitting import correlation_per_neuron
 
     from .data import load_teacher

@@ -150,8 +150,8 @@ def fit_demo_encoder(
     The last `val_fraction` of the crops are held out; on the others, a trainable
     backbone (``smallcnn``, ``widecnn``) is first trained end to end for
     `backbone_epochs` in batches of `backbone_batch_size`, the readout at peak rate
-    `backbone_readout_lr` (`train_backbone`), then upstream's `NeuralEncoder.fit_readout`
-    freezes it and fits the readout to the noisy responses.
+    `backbone_readout_lr` (`train_backbone`), then upstream's
+    `NeuralEncoder.fit_readout` freezes it and fits the readout to the noisy responses.
 
     Returns
     -------
