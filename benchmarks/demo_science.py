@@ -61,8 +61,8 @@ def main(argv=None):
     print(
         "| configuration | corr. with noiseless responses (held-out crops) | the same "
         f"({len(tests)} test images) | response std (test images) | "
-        "‖ε(r₁) − ε(r₂)‖/‖ε‖ same image / other image | noise ceiling of G (2 seeds) | G vs truth | J vs "
-        "truth |"
+        "‖ε(r₁) − ε(r₂)‖/‖ε‖ same image / other image | noise ceiling of G (2 seeds) "
+        "| G vs truth | J vs truth |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for report in sorted(runs.glob("encoders/*/*/fit_report.json")):
