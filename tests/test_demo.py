@@ -89,10 +89,10 @@ def test_smallcnn_weights_come_from_the_seed():
 
 @pytest.mark.parametrize("name", ["smallcnn", "widecnn"])
 def test_the_readout_learns_at_its_own_rate(name):
-    # Adam's first step moves every parameter by its learning rate times g / |g| (the
-    # bias-corrected moments of one gradient), and OneCycleLR starts at max_lr / 25
-    # (its div_factor): so a readout weight moves by readout_lr / 25, a backbone
-    # weight by lr / 25, wherever the gradient is well above Adam's eps.
+    # Adam's first step moves a parameter by its group's learning rate times g / |g|
+    # (the bias-corrected moments of one gradient), and OneCycleLR scales both groups'
+    # rates by the same factor: a readout weight moves readout_lr / lr times as far as
+    # a backbone weight, wherever the gradient is well above Adam's eps.
     from multigeom_workflow.inputs.demo.training import train_backbone
 
     encoder = build_demo_encoder(name, seed=0)
@@ -103,13 +103,9 @@ def test_the_readout_learns_at_its_own_rate(name):
     train_backbone(
         encoder, crops, responses, epochs=1, lr=0.004, batch_size=8, readout_lr=0.1
     )
-    checked = set()
+    steps = {"backbone": [], "readout": []}
     for key, value in encoder.named_parameters():
-        step = (value.detach() - before[key]).abs()
-        moved = step[step > 1e-5]  # a gradient near eps moves it far less
-        if not len(moved):
-            continue
-        expected = (0.1 if key.startswith("readout.") else 0.004) / 25
-        assert float(moved.median()) == pytest.approx(expected, rel=0.02), key
-        checked.add(key.split(".")[0])
-    assert checked == {"backbone", "readout"}
+        step = (value.detach() - before[key]).abs().flatten()
+        steps[key.split(".")[0]].append(step[step > 0.5 * step.max()])
+    backbone, readout = (float(torch.cat(steps[k]).median()) for k in steps)
+    assert readout / backbone == pytest.approx(0.1 / 0.004, rel=0.05)
