@@ -92,8 +92,8 @@ def main(argv=None):
         out=work / "encoder.pt",
         backbone_epochs=args.backbone_epochs,
         backbone_lr=demo["backbone_lr"],
-        backbone_batch_size=demo.get("backbone_batch_size", 64),
-        backbone_readout_lr=demo.get("backbone_readout_lr"),
+        backbone_batch_size=demo["backbone_batch_size"],
+        backbone_readout_lr=demo["backbone_readout_lr"],
     )
     print(
         f"encoder {args.encoder}/{args.area}: corr {fit['val_corr_clean']:.3f} "

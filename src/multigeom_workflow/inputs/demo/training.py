@@ -103,9 +103,8 @@ def train_backbone(
     """
     if epochs < 1:
         return
-    batch = batch_size
     readout_lr = lr if readout_lr is None else readout_lr
-    steps = epochs * ((len(crops) + batch - 1) // batch)
+    steps = epochs * ((len(crops) + batch_size - 1) // batch_size)
     readout = list(encoder.readout.parameters())
     in_readout = {id(p) for p in readout}
     backbone = [p for p in encoder.parameters() if id(p) not in in_readout]
@@ -118,8 +117,8 @@ def train_backbone(
     encoder.train()
     for _ in range(epochs):
         order = torch.randperm(len(crops))
-        for i in range(0, len(crops), batch):
-            idx = order[i : i + batch]
+        for i in range(0, len(crops), batch_size):
+            idx = order[i : i + batch_size]
             loss = torch.nn.functional.mse_loss(encoder(crops[idx]), responses[idx])
             optimizer.zero_grad()
             loss.backward()
