@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 try:
     from multigeom_workflow import on_snakemake as hooks
     from multigeom_workflow.results.verify import CHECKED_LIST_COLUMNS
+    from multigeom_workflow.settings.identity import canonical
     from multigeom_workflow.settings.layout import WILDCARD_CONSTRAINTS
 except ImportError as err:
     raise WorkflowError(
@@ -27,6 +28,13 @@ DEMO = config["demo"]
 # seeds) and, for the demo's synthetic areas, the ground truth and the fit reports.
 CEILING_IMAGES = SCENARIO.ceiling_images  # config key noise_ceiling_images
 DEMO_CONFIGS = [c for c in SCENARIO.configurations if c.is_demo]
+# The settings as rules record them (params): in canonical form (keys sorted, numbers
+# normalized, the estimator's defaults filled in and its device left out:
+# multigeom_workflow.settings.identity), so that a rerun follows what changes a
+# result, never the text or order of a settings file. Every mapping a rule takes as
+# a param goes through `canonical`.
+ESTIMATOR_PARAMS = canonical(SCENARIO.estimator)
+DIFFUSION_PARAMS = canonical(SCENARIO.diffusion)
 
 
 wildcard_constraints:
@@ -64,7 +72,7 @@ def get_expected_per_image():
 
     from multigeom_workflow.results.verify import Expected
 
-    return asdict(Expected.of_scenario(SCENARIO))
+    return canonical(asdict(Expected.of_scenario(SCENARIO)))
 
 
 def get_estimate_inputs(wildcards):
@@ -84,7 +92,7 @@ def get_estimate_inputs(wildcards):
 # The estimator settings of each configuration's per-image jobs: the run's, with the
 # configuration's seed (config key monte_carlo_seeds; shared: the run's seed, one dict).
 ESTIMATORS = {
-    (c.encoder, c.area): SCENARIO.estimator_of(c.encoder, c.area)
+    (c.encoder, c.area): canonical(SCENARIO.estimator_of(c.encoder, c.area))
     for c in SCENARIO.configurations
 }
 

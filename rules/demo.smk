@@ -103,7 +103,7 @@ rule train_demo_diffusion:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
     params:
-        diffusion=SCENARIO.diffusion,
+        diffusion=DIFFUSION_PARAMS,
     log:
         "logs/train_demo_diffusion/{encoder}/{area}.log",
     benchmark:
@@ -127,8 +127,8 @@ rule check_conditioning:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
     params:
-        estimator=SCENARIO.estimator,
-        diffusion=SCENARIO.diffusion,
+        estimator=ESTIMATOR_PARAMS,
+        diffusion=DIFFUSION_PARAMS,
         n_images=16,
     log:
         "logs/check_conditioning/{encoder}/{area}.log",

@@ -31,11 +31,11 @@ rule estimate_image:
         # the configuration's seed applied (config key monte_carlo_seeds; shared: one
         # dict for all, no function to call per job)
         estimator=(
-            SCENARIO.estimator
+            ESTIMATOR_PARAMS
             if SCENARIO.monte_carlo_seeds == "shared"
             else get_estimator
         ),
-        diffusion=SCENARIO.diffusion,
+        diffusion=DIFFUSION_PARAMS,
     log:
         LAYOUT.job_log_pattern("estimate_image"),
     group:

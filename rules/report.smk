@@ -31,10 +31,12 @@ rule summarize_run:
         ),
     params:
         configurations=[[c.encoder, c.area] for c in SCENARIO.configurations],
-        settings_files={
-            "estimator": str(SCENARIO.estimator_file),
-            "diffusion": str(SCENARIO.diffusion_file),
-        },
+        settings_files=canonical(
+            {
+                "estimator": str(SCENARIO.estimator_file),
+                "diffusion": str(SCENARIO.diffusion_file),
+            }
+        ),
     log:
         "logs/summarize_run.log",
     script:

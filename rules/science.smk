@@ -11,8 +11,8 @@ use rule estimate_image as estimate_image_ceiling with:
     output:
         LAYOUT.ceiling_pattern,
     params:
-        estimator=ceiling_estimator(SCENARIO.estimator),
-        diffusion=SCENARIO.diffusion,
+        estimator=canonical(ceiling_estimator(SCENARIO.estimator)),
+        diffusion=DIFFUSION_PARAMS,
     log:
         LAYOUT.job_log_pattern("estimate_image_ceiling"),
 

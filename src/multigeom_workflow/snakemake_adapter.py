@@ -22,6 +22,7 @@ Three kinds of use:
   `executor_name`, `slurm_status_command`, `submit_dir`, `resources_in_force`,
   `planned_jobs`, `when_plan_built`;
 - acting on it: `share_group_name` (shard groups), `limit_local_gpus`,
+  `read_recorded_params_as` (older runs' params records read in canonical form),
   `share_resources` (the ceiling's rule takes the per-image rule's set-resources),
   `show_snakemake` (a dry run's view of the files a real run would change);
 - speed patches, each saving seconds at 40,000 jobs and none changing what Snakemake
@@ -51,6 +52,7 @@ __all__ = [
     "idle_logger_plugin_off",
     "limit_local_gpus",
     "planned_jobs",
+    "read_recorded_params_as",
     "record_signature",
     "resources_in_force",
     "settle_rules",
@@ -115,6 +117,9 @@ INTERNALS = {
         "a command that only inspects (inspection_only)"
     ),
     "snakemake.common.configfile.load_configfile": "a config file as Snakemake reads",
+    "snakemake.persistence.PersistenceBase.params": (
+        "older runs' recorded params read in canonical form (read_recorded_params_as)"
+    ),
     "snakemake.cli.parse_config": "--config values as Snakemake parses them",
 }
 
@@ -572,6 +577,65 @@ def show_snakemake(view) -> bool:
 #: (`gc.set_threshold`; CPython 3.11's default is (700, 10, 10)): see
 #: `fewer_collections`.
 GC_THRESHOLDS = (50_000, 20, 20)
+
+
+#: The Snakemake releases the patches of recorded params were read against.
+PARAMS_PATCH_TESTED = "9.19.0 to 9.27.1"
+
+
+def read_recorded_params_as(translate: Callable) -> str | None:
+    """
+    Have Snakemake read what it recorded as an output's params through `translate`:
+    `snakemake.persistence.PersistenceBase.params` (``params(self, path) -> list of
+    reprs or None``, read by ``params_changed`` when it compares a job's params with
+    its outputs' records; Snakemake 9.19.0 and 9.27.1, ``persistence/__init__.py``)
+    returns ``translate(recorded)``. What Snakemake records, and how it compares, is
+    unchanged. Installed once per process; safe to call again.
+
+    Returns
+    -------
+    str or None
+        None when in place; else one line naming the internal that is not what this
+        was written for, the Snakemake version and the releases tested, Snakemake's
+        own reading of records applying (nothing is patched).
+    """
+    import inspect
+
+    try:
+        from snakemake.persistence import PersistenceBase
+
+        original = PersistenceBase.params
+    except (ImportError, AttributeError) as err:
+        return _internal_changed("snakemake.persistence.PersistenceBase.params", err)
+    if getattr(original, "_translate", None) is translate:
+        return None
+    problem = None
+    if not callable(original) or inspect.iscoroutinefunction(original):
+        problem = "is not a plain method"
+    else:
+        names = list(inspect.signature(original).parameters)
+        if names != ["self", "path"]:
+            problem = f"takes ({', '.join(names)}), not (self, path)"
+    if problem:
+        return _internal_changed("snakemake.persistence.PersistenceBase.params", problem)
+    original = getattr(original, "_original", original)
+
+    def params(self, path):
+        return translate(original(self, path))
+
+    params._translate, params._original = translate, original
+    PersistenceBase.params = params
+    return None
+
+
+def _internal_changed(name: str, problem) -> str:
+    """One line: Snakemake's internal `name` is not what the workflow was written for."""
+    from importlib.metadata import version
+
+    return (
+        f"Snakemake {version('snakemake')}: {name} {problem} (the workflow was tested "
+        f"with {PARAMS_PATCH_TESTED})"
+    )
 
 
 def fewer_collections() -> bool:

@@ -37,6 +37,7 @@ from ..planning.slurm import (
 )
 from ..scenario import ConfigError, Scenario, validated_scenario
 from ..settings.files import resolve_settings_file
+from ..settings.identity import recorded_in_canonical_form
 from ..settings.names import ESTIMATE_RULE
 from ..settings.seeds import job_seeds
 from ..snakemake_adapter import Facts
@@ -150,6 +151,15 @@ def start(workflow, config: dict) -> Run:
     facts = adapter.facts(workflow)
     check_installed_package(facts)
     adapter.fewer_collections()
+    # Older runs recorded their settings as written (multigeom_workflow.settings
+    # .identity): read in today's canonical form, or one line if Snakemake changed.
+    changed = adapter.read_recorded_params_as(recorded_in_canonical_form)
+    if changed and facts.main:
+        say(
+            f"warning: {changed}; outputs recorded before settings were recorded in "
+            "canonical form (2026-12-02) are compared as Snakemake records them, so "
+            "a settings file written differently plans them again"
+        )
     remote = facts.remote
     try:
         scenario = validated_scenario(config, facts.basedir, remote)

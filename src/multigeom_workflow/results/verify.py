@@ -8,8 +8,9 @@ upstream writes with the right shapes (eigenvalues ``(top_k,)``, eigenvectors
 ``encoder_name``, ``area``, ``img_idx`` and ``image``), and was made with the run's
 settings (seed, the configuration's with ``monte_carlo_seeds: per_configuration``,
 observation noise sigma, the estimator's and the diffusion model's
-settings recorded in its provenance). Provenance fields that do not change the result
-(``engine``, ``precision``, the device, the time) are not compared.
+settings recorded in its provenance, compared in canonical form:
+`multigeom_workflow.settings.identity`). Provenance fields that do not change the
+result (``engine``, ``precision``, the device, the time) are not compared.
 
 A bad file is named with its problem; `set_aside` renames it to ``<name>.bad`` so that
 the next run (Snakemake sees the file missing) recomputes it, and the bad bytes stay
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from ..settings.identity import canonical
 from ..settings.layout import Computation, is_ceiling_file, parse_image_file
 from ..settings.names import N_PIXELS
 
@@ -118,14 +120,19 @@ class Expected:
 
 
 def _settings(text: str) -> dict | None:
-    """Settings YAML text, parsed, without the keys that do not change results."""
+    """
+    Settings YAML text, parsed, without the keys that do not change results, in
+    canonical form (`multigeom_workflow.settings.identity.canonical`: key order,
+    the way numbers are written, the estimator's defaults and its ``device`` do not
+    count), as the rules record settings.
+    """
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError:
         return None
     if not isinstance(data, dict):
         return None
-    return {k: v for k, v in data.items() if k not in IGNORED_SETTINGS}
+    return canonical({k: v for k, v in data.items() if k not in IGNORED_SETTINGS})
 
 
 def _tensor_problem(d: dict, key: str, shape: tuple[int, ...]) -> str | None:
