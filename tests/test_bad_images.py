@@ -2,12 +2,16 @@
 Images from a folder: every Pillow mode and bit depth becomes upstream's canonical
 input faithfully (16-bit scaled, EXIF orientation applied, palette and alpha on the
 documented mid-gray), hidden and non-image files are left out, and an unreadable image
-is named at the configuration check, before any job.
+is named at the configuration check, before any job. An image whose pixels decode but
+whose metadata does not (a malformed ``eXIf`` chunk, a chunk cut short after the image
+data) is used as stored, with one notice, by the check and the jobs' loader alike.
 """
 
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -19,6 +23,7 @@ from PIL import Image
 
 from multigeom_workflow.inputs.images import (
     ALPHA_BACKGROUND,
+    check_test_images,
     list_folder_images,
     load_test_image,
 )
@@ -179,15 +184,124 @@ def test_resized_and_squeezed_images_are_named(tmp_path):
     assert f"first: {folder / 'p1.png'}, 300 x 100" in line
 
 
-def test_the_resize_notice_is_said_once_by_a_dry_run(tmp_path):
+def test_the_notices_are_said_once_by_a_dry_run(tmp_path):
     folder = tmp_path / "photos"
     folder.mkdir()
     write_png(folder / "p0.png", 10)
     Image.fromarray(np.zeros((100, 300), np.uint8)).save(folder / "p1.png")
+    (folder / "p2.png").write_bytes(png_with_chunk_before_iend(b"eXIf", GARBAGE))
     configfile = tmp_path / "c.yaml"
-    configfile.write_text(yaml.safe_dump(folder_config(folder)))
+    configfile.write_text(yaml.safe_dump(folder_config(folder, n_images=3)))
     work = tmp_path / "work"
     work.mkdir()
     result = run_snakemake(work, "-n", configfile=configfile)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stderr.count("notice: 1 test image(s) are not 64 x 64") == 1
+    unoriented = "notice: 1 test image(s) have metadata that cannot be read"
+    assert result.stderr.count(unoriented) == 1, result.stderr[-2000:]
+    assert f"first: {folder / 'p2.png'}: SyntaxError: not a TIFF file" in result.stderr
+
+
+# A PNG whose pixels decode and whose metadata does not.
+GARBAGE = b"garbage exif bytes!"  # no TIFF header ("II*\0" or "MM\0*")
+
+
+def stored_pixels() -> np.ndarray:
+    """An asymmetric 64 x 64 picture: any rotation or flip of it is another."""
+    a = np.rint(gradient(64, 64) * 200).astype(np.uint8)
+    a[:16, :40] = 255
+    return a
+
+
+def png_with_chunk_before_iend(cid: bytes, payload: bytes, cut: int = 0) -> bytes:
+    """
+    A PNG of `stored_pixels` written by Pillow, with a raw chunk inserted before
+    ``IEND`` (length, type, data, CRC-32 of type and data: PNG spec 5.3); `cut` bytes
+    left off the end of the file.
+    """
+    buf = io.BytesIO()
+    Image.fromarray(stored_pixels()).save(buf, "PNG")
+    data = buf.getvalue()
+    iend = data.rindex(b"IEND") - 4  # the IEND chunk starts with its length
+    crc = struct.pack(">I", zlib.crc32(cid + payload))
+    chunk = struct.pack(">I", len(payload)) + cid + payload + crc
+    out = data[:iend] + chunk + data[iend:]
+    return out[: len(out) - cut]
+
+
+BROKEN_METADATA = {
+    # name: (file bytes, what Pillow raises after decoding the pixels, the problem)
+    # Pillow #5528, #8348: getexif() parses the eXIf chunk as TIFF
+    "malformed eXIf": (
+        png_with_chunk_before_iend(b"eXIf", GARBAGE),
+        (SyntaxError, "not a TIFF file (header b'garbage ' not valid)"),
+        "SyntaxError: not a TIFF file (header b'garbage ' not valid)",
+    ),
+    # PngImageFile.load_end reads the text chunk after IDAT and runs out of file
+    "tEXt cut short": (
+        png_with_chunk_before_iend(b"tEXt", b"Comment\x00" + b"x" * 200, cut=120),
+        (OSError, "Truncated File Read"),
+        "OSError: Truncated File Read, after the pixels",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_METADATA)
+def test_broken_metadata_leaves_the_image_as_stored_with_a_notice(
+    tmp_path, capsys, case
+):
+    data, (pillow_error, message), problem = BROKEN_METADATA[case]
+    f = tmp_path / "cam.png"
+    f.write_bytes(data)
+    with Image.open(f) as img, pytest.raises(pillow_error) as raised:
+        # Pillow's own behaviour, on which the workflow used to stop
+        img.load()
+        img.getexif()
+    assert str(raised.value) == message
+    capsys.readouterr()
+    x = load_test_image(f)
+    assert torch.equal(x, canonical_of_8bit(stored_pixels()))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"notice: test image {str(f)!r} is used as stored, without its EXIF "
+        f"orientation: its metadata cannot be read ({problem})"
+    ]
+
+
+@pytest.mark.parametrize("case", BROKEN_METADATA)
+def test_the_check_and_the_jobs_loader_both_accept_broken_metadata(
+    tmp_path, capsys, case
+):
+    data, _, problem = BROKEN_METADATA[case]
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    write_png(folder / "p0.png", 10)
+    (folder / "p1.png").write_bytes(data)
+    files = list_folder_images(folder)
+    bad, notice = check_test_images(files)
+    assert bad is None
+    assert notice == (
+        "notice: 1 test image(s) have metadata that cannot be read and are used as "
+        f"stored, without their EXIF orientation (first: {folder / 'p1.png'}: "
+        f"{problem}); rotate them yourself if they look turned (docs/configuration.md)"
+    )
+    s = validated_scenario(folder_config(folder), REPO)
+    assert notice in s.notes
+    # the job's loader reads the same pixels as the check
+    x = load_test_image(s.test_image_files[1])
+    assert torch.equal(x, canonical_of_8bit(stored_pixels()))
+    assert "notice: test image" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("short", [8, 200])
+def test_pixels_cut_short_are_still_refused_by_the_check_and_the_loader(
+    tmp_path, short
+):
+    data = png_with_chunk_before_iend(b"eXIf", GARBAGE)
+    pixels_end = data.index(b"eXIf") - 8  # before IDAT's CRC and eXIf's length
+    f = tmp_path / "p.png"
+    f.write_bytes(data[: pixels_end - short])  # the last `short` bytes of IDAT gone
+    bad, _ = check_test_images([f])
+    assert bad == (0, "cannot be read as an image (OSError: image file is truncated)")
+    with pytest.raises(OSError, match="image file is truncated"):
+        load_test_image(f)

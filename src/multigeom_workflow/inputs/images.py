@@ -14,16 +14,22 @@ the run:
   start with ``.``, such as the ``._p1.png`` files a Mac leaves on other disks) and
   files of other kinds are left out.
 
-Every file becomes upstream's canonical input (`canonical_rgb`, then upstream's
+Every file becomes upstream's canonical input (`read_canonical_rgb`, then upstream's
 `CANONICAL_TRANSFORM`): EXIF orientation applied, 16-bit pixels scaled to 8 bits,
 palette images expanded, transparency composited on mid-gray (the mean luminance, 0 in
-[-1, 1]). Listing and `check_test_image` import no torch (the Snakefile lists and
-checks at parse time); `load_test_image` does.
+[-1, 1]). A file is refused only when its pixels cannot be decoded; metadata that
+Pillow cannot read (a malformed EXIF block, a PNG chunk cut short after the image
+data) leaves the image as stored, with one notice line. The parse-time check
+(`check_test_images`) and the jobs' loader (`load_test_image`) read a file through the
+same function, so they accept and refuse the same files. Listing and
+`check_test_image` import no torch (the Snakefile lists and checks at parse time);
+`load_test_image` does.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 from ..settings.names import TINYIMAGENET_DIR
@@ -31,7 +37,6 @@ from ..settings.names import TINYIMAGENET_DIR
 __all__ = [
     "IMAGE_SIDE",
     "check_test_images",
-    "displayed_size",
     "DEMO_TEST_PHOTOS",
     "DEMO_TRAIN_PHOTOS",
     "ALPHA_BACKGROUND",
@@ -43,6 +48,7 @@ __all__ = [
     "tinyimagenet_val_files",
     "load_test_image",
     "package_photo",
+    "read_canonical_rgb",
 ]
 
 #: Test photographs of the demo, (package, file in its ``data`` folder), in test order.
@@ -165,11 +171,10 @@ def list_folder_images(folder: str | Path) -> list[Path]:
 
 def canonical_rgb(img):
     """
-    An image of any mode Pillow reads, as the 8-bit RGB image that upstream's
+    An image of any mode Pillow reads, already as displayed (`read_canonical_rgb`
+    applies its EXIF orientation first), as the 8-bit RGB image that upstream's
     TinyImageNet loader hands to `CANONICAL_TRANSFORM` (``Image.convert("RGB")``).
 
-    * The EXIF orientation is applied (`PIL.ImageOps.exif_transpose`), as every viewer
-      shows the photograph (the encoders' neurons are orientation-tuned).
     * 16-bit integer pixels (modes ``I;16*``, and ``I`` with values in 0..65535) are
       scaled to 8 bits, v * 255 / 65535 rounded (Pillow's own conversion clips them);
       float pixels (mode ``F``) must lie in [0, 1] and are scaled by 255.
@@ -187,7 +192,7 @@ def canonical_rgb(img):
     Returns
     -------
     PIL.Image.Image
-        Mode ``RGB``, same size as the oriented input.
+        Mode ``RGB``, same size as `img`.
 
     Raises
     ------
@@ -196,9 +201,8 @@ def canonical_rgb(img):
         outside [0, 1]) or a mode Pillow cannot convert to RGB; the message says which.
     """
     import numpy as np
-    from PIL import Image, ImageOps
+    from PIL import Image
 
-    img = ImageOps.exif_transpose(img)
     mode = img.mode
     if mode.startswith("I") or mode == "F":
         a = np.asarray(img, dtype=np.float64)
@@ -232,10 +236,101 @@ def canonical_rgb(img):
         ) from None
 
 
+def _decoded(path: str | Path):
+    """
+    `path` opened with Pillow and its pixels decoded, and None; or, where Pillow
+    decodes the pixels and then fails on the metadata that follows them, the image
+    decoded without that metadata, and the error in a few words.
+
+    A PNG's chunks after the image data (``tEXt``, ``eXIf``, ...) are read by
+    `PIL.PngImagePlugin.PngImageFile.load_end`, which `PIL.ImageFile.ImageFile.load`
+    calls after the decoding loop and before it reports a decoder error (Pillow 13.0,
+    ImageFile.py): a PNG cut short inside such a chunk raises ``OSError: Truncated
+    File Read`` with every pixel decoded. Such a file is decoded again with that
+    method skipped: a pixel stream that is truncated or corrupt raises then too, and
+    its first error is raised. (Other formats' ``load_end`` also finish the pixels,
+    e.g. GIF's palette conversion: their errors are raised as they are.)
+
+    Raises
+    ------
+    Exception
+        Whatever Pillow raises for a file it cannot open or whose pixels it cannot
+        decode (OSError, SyntaxError, ValueError, ...).
+    """
+    from PIL import Image, PngImagePlugin
+
+    img = Image.open(path)
+    try:
+        img.load()
+        return img, None
+    except Exception as err:
+        img.close()
+        if not isinstance(img, PngImagePlugin.PngImageFile):
+            raise
+        first = err
+    again = Image.open(path)
+    again.load_end = lambda: None  # the pixels alone; the chunks after them unread
+    try:
+        again.load()
+    except Exception:
+        again.close()
+        raise first from None
+    return again, f"{type(first).__name__}: {first}, after the pixels"
+
+
+def read_canonical_rgb(path: str | Path):
+    """
+    The canonical 8-bit RGB image of a file (`canonical_rgb`) as displayed: pixels
+    decoded, then the EXIF orientation applied (`PIL.ImageOps.exif_transpose`), as
+    every viewer shows the photograph (the encoders' neurons are orientation-tuned).
+
+    An image whose pixels decode but whose metadata Pillow cannot read is used as
+    stored, not refused: a malformed EXIF block (``SyntaxError: not a TIFF file``,
+    Pillow #5528 and #8348, from `PIL.Image.Image.getexif`; or ``struct.error``,
+    ``ValueError`` ... while `exif_transpose` rewrites it), or a PNG chunk after the
+    image data that is cut short or malformed (`_decoded`). The parse-time check and
+    the jobs' loader both read files here, so they agree.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    rgb : PIL.Image.Image
+        Mode ``RGB``, of the size as displayed (EXIF orientations 5 to 8 turn it a
+        quarter).
+    problem : str or None
+        None, or why the orientation was not applied: the error Pillow raised, e.g.
+        ``SyntaxError: not a TIFF file (header b'garbage ' not valid)``.
+
+    Raises
+    ------
+    Exception
+        What Pillow raises for a file it cannot open or whose pixels it cannot
+        decode (`_decoded`).
+    ValueError
+        From `canonical_rgb`.
+    """
+    from PIL import ImageOps
+
+    img, problem = _decoded(path)
+    with img:
+        shown = img
+        if problem is None:
+            try:
+                shown = ImageOps.exif_transpose(img)
+            except MemoryError:
+                raise
+            except Exception as err:  # the pixels are decoded: the metadata is bad
+                problem = f"{type(err).__name__}: {err}"
+        return canonical_rgb(shown), problem
+
+
 def check_test_image(path: str | Path) -> str | None:
     """
-    None if `path` reads as an image and converts (`canonical_rgb`), else the problem
-    in a few words (it completes "image ... "). Imports no torch.
+    None if `path` reads as an image and converts (`read_canonical_rgb`), else the
+    problem in a few words (it completes "image ... "). Imports no torch.
     """
     bad, _ = check_test_images([path])
     return bad[1] if bad else None
@@ -247,35 +342,49 @@ IMAGE_SIDE = 64
 
 def check_test_images(files) -> tuple[tuple[int, str] | None, str | None]:
     """
-    Every test image of a run read once: the first that does not read as an image or
-    convert (`check_test_image`), as (its index in `files`, the problem), or None;
-    and one line naming how many are not 64 x 64 (upstream's ``Resize((64, 64))`` in
-    `multigeom.datasets.CANONICAL_TRANSFORM` scales them, and squeezes one that is not
-    square) and the first of them, or None (sizes as displayed: EXIF orientations 5
-    to 8 turn the image a quarter). One opening per file: the run's parse-time check
-    of 10,000 images costs one pass.
-    """
-    from PIL import Image
+    Every test image of a run read once, as the jobs read it (`read_canonical_rgb`).
 
-    sizes = []
+    Parameters
+    ----------
+    files : sequence of str or Path
+
+    Returns
+    -------
+    bad : (int, str) or None
+        The first file that does not read as an image or convert, as (its index in
+        `files`, the problem), or None.
+    notices : str or None
+        None, or one line per case, joined by newlines: how many images are not
+        64 x 64 (upstream's ``Resize((64, 64))`` in
+        `multigeom.datasets.CANONICAL_TRANSFORM` scales them, and squeezes one that is
+        not square) and the first of them (sizes as displayed); how many have
+        metadata Pillow cannot read, and so are used as stored, and the first of them
+        with the error. One opening per file: the run's parse-time check of 10,000
+        images costs one pass.
+    """
+    sizes, unoriented = [], []
     for i, f in enumerate(files):
         try:
-            with Image.open(f) as img:
-                size = displayed_size(img)
-                canonical_rgb(img)
+            rgb, problem = read_canonical_rgb(f)
         except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, ...
             problem = f"cannot be read as an image ({type(err).__name__}: {err})"
             return (i, problem), None
-        sizes.append((str(f), size))
-    return None, _resize_line(sizes)
+        sizes.append((str(f), rgb.size))
+        if problem is not None:
+            unoriented.append((str(f), problem))
+    lines = [_resize_line(sizes), _unoriented_line(unoriented)]
+    return None, "\n".join(filter(None, lines)) or None
 
 
-def displayed_size(img) -> tuple[int, int]:
-    """(width, height) of a PIL image as displayed: EXIF orientations 5 to 8 turn it."""
-    w, h = img.size
-    if w != h and img.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # (square: the same)
-        w, h = h, w
-    return w, h
+def _unoriented_line(unoriented: list[tuple[str, str]]) -> str | None:
+    if not unoriented:
+        return None
+    first, problem = unoriented[0]
+    return (
+        f"notice: {len(unoriented)} test image(s) have metadata that cannot be read "
+        f"and are used as stored, without their EXIF orientation (first: {first}: "
+        f"{problem}); rotate them yourself if they look turned (docs/configuration.md)"
+    )
 
 
 def _resize_line(sizes: list[tuple[str, tuple[int, int]]]) -> str | None:
@@ -295,9 +404,10 @@ def _resize_line(sizes: list[tuple[str, tuple[int, int]]]) -> str | None:
 def load_test_image(path: str | Path):
     """
     The canonical image of a file, as upstream reads a TinyImageNet image: opened with
-    PIL, converted to RGB (`canonical_rgb`: EXIF orientation, 16-bit, palette and
+    PIL, converted to RGB (`read_canonical_rgb`: EXIF orientation, 16-bit, palette and
     transparency handled), then `multigeom.datasets.CANONICAL_TRANSFORM` (resize to
-    64 x 64, grayscale, pixels in [-1, 1]).
+    64 x 64, grayscale, pixels in [-1, 1]). An image whose metadata cannot be read is
+    used as stored, with one ``notice:`` line on standard error (the job's log).
 
     Returns
     -------
@@ -308,13 +418,19 @@ def load_test_image(path: str | Path):
     ------
     ValueError
         From `canonical_rgb`, naming the file.
+    Exception
+        What Pillow raises for a file it cannot open or whose pixels it cannot decode.
     """
     from multigeom.datasets import CANONICAL_TRANSFORM
-    from PIL import Image
 
-    with Image.open(path) as img:
-        try:
-            rgb = canonical_rgb(img)
-        except ValueError as err:
-            raise ValueError(f"test image {str(path)!r} {err}") from None
-        return CANONICAL_TRANSFORM(rgb)
+    try:
+        rgb, problem = read_canonical_rgb(path)
+    except ValueError as err:
+        raise ValueError(f"test image {str(path)!r} {err}") from None
+    if problem is not None:
+        print(
+            f"notice: test image {str(path)!r} is used as stored, without its EXIF "
+            f"orientation: its metadata cannot be read ({problem})",
+            file=sys.stderr,
+        )
+    return CANONICAL_TRANSFORM(rgb)
