@@ -90,10 +90,14 @@ def test_visible_gpus(monkeypatch, tmp_path):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", none)
         assert visible_gpu_ids() == []
         assert resolve_device("auto") == "cpu" and resolve_device("cuda:1") == "cpu"
-    # Without CUDA_VISIBLE_DEVICES, nvidia-smi's list.
+    # Without CUDA_VISIBLE_DEVICES, nvidia-smi's list (`nvidia-smi -L`, its format).
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nprintf '0\\n1\\n2\\n'\n")
+    listing = "".join(
+        f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i}a1b2c3d-0000-1111-2222-3333)\n"
+        for i in range(3)
+    )
+    smi.write_text(f"#!/bin/sh\n[ \"$1\" = -L ] && printf '{listing}'\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     assert visible_gpu_ids() == ["0", "1", "2"]

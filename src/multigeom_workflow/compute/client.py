@@ -39,6 +39,7 @@ from .gpus import (
     gpu_index,
     hold_cpu,
     hold_gpu,
+    slot_file_name,
     stop_gpu,
 )
 from .hook import estimator_hook, record
@@ -123,8 +124,11 @@ def ask_warm_worker(run: RunSettings, slot, request: EstimateRequest, threads: i
     """
     from .workers import ContextLost, request_estimate, slot_spec
 
-    spec = slot_spec(slot.kind, slot.slot_id, slot.device, threads, run.run_id)
-    log = Path("logs", "workers", f"{slot.kind}{slot.slot_id}.log").resolve()
+    spec = slot_spec(
+        slot.kind, slot.slot_id, slot.device, threads, run.run_id, slot.environment()
+    )
+    name = slot_file_name(slot.kind, slot.slot_id)
+    log = Path("logs", "workers", f"{name}.log").resolve()
     try:
         return request_estimate(spec, request, log=log)
     except ContextLost as err:
@@ -159,8 +163,14 @@ def compute_cold(
     device: str,
     threads: int,
     run_id: str,
+    env: dict | None = None,
 ) -> None:
-    """Compute `request` in this process, holding the slot's compute lock."""
+    """
+    Compute `request` in this process, holding the slot's compute lock; `env` (a
+    GPU slice's `multigeom_workflow.compute.gpus.Slot.environment`) is set before
+    CUDA starts, so that `device` (``cuda:0``) is the slice.
+    """
+    os.environ.update(env or {})  # CUDA reads CUDA_VISIBLE_DEVICES when it starts
     hook = estimator_hook()  # a test's or benchmark's stand-in, else None
     with compute_lock(kind, slot_id, run_id):
         if hook is not None:
@@ -198,8 +208,9 @@ def main(argv=None) -> None:
             print(f"done by the warm worker in {reply['seconds']:.2f} s", flush=True)
         else:
             compute_cold(
-                request, slot.kind, slot.slot_id, slot.device, threads, run.run_id
-            )
+                request, slot.kind, slot.slot_id, slot.device, threads, run.run_id,
+                slot.environment(),
+            )  # fmt: skip
     keep_finished(request.out)  # in a SLURM allocation: kept if it ends early
     record(what="job", out=request.out, start=start, end=time.time())
 

@@ -49,6 +49,8 @@ from .arithmetic import (
     check_precision,
     precision_context,
 )
+from .gpu_errors import is_out_of_memory
+from .gpus import VISIBLE_GPUS_ENV
 
 __all__ = [
     "CONFIG_PRECISIONS",
@@ -100,7 +102,10 @@ def cpu_threads(device: str | torch.device):
         return
     before = torch.get_num_threads()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    share = max(1, cores // max(1, torch.cuda.device_count()))
+    # a process narrowed to one GPU slice sees one device: the run's count comes
+    # with it (multigeom_workflow.compute.gpus.Slot.environment)
+    gpus = int(os.environ.get(VISIBLE_GPUS_ENV) or 0) or torch.cuda.device_count()
+    share = max(1, cores // max(1, gpus))
     torch.set_num_threads(max(before, share))
     try:
         yield
@@ -417,9 +422,10 @@ def conditional_pair_fast(
     `conditional_pair_estimate` computes them (same arguments, same draws), in large
     batches.
 
-    A UNet call that runs out of GPU memory (`torch.OutOfMemoryError`) is made again
-    with half the rows, down to one, the draws unchanged; the first such retry of an
-    image is logged.
+    A UNet call that runs out of GPU memory (`torch.OutOfMemoryError`, or a GPU
+    library's allocation failure: `multigeom_workflow.compute.gpu_errors
+    .is_out_of_memory`) is made again with half the rows, down to one, the draws
+    unchanged; the first such retry of an image is logged.
 
     Parameters
     ----------
@@ -457,7 +463,8 @@ def conditional_pair_fast(
         If the image is not one image, N_MC is not a multiple of the batch size, or the
         precision is not allowed on `device`.
     torch.OutOfMemoryError
-        If one row does not fit.
+        If one row does not fit: one line naming the device and the library's error
+        (raised from it).
     """
     device = torch.device(device)
     check_precision(precision, device, PRECISIONS)
@@ -534,16 +541,22 @@ def _conditional_pair_fast(
             D[a:b] = rows_of_D(a, b)
             a = b
             continue
-        except torch.OutOfMemoryError:
-            if b - a == 1:
+        except RuntimeError as err:  # cuBLAS and cuDNN say it in their own words
+            if not is_out_of_memory(err):
                 raise
+            said = str(err).splitlines()[0] if str(err) else type(err).__name__
+            if b - a == 1:
+                raise torch.OutOfMemoryError(
+                    f"out of GPU memory on {device} even at one row of D per UNet "
+                    f"call: {said}"
+                ) from err
         # Out of the except block, the failed call's tensors are freed.
         rows = max(1, (b - a) // 2)
         if stats["oom_retries"] == 0:
             log.warning(
-                "a UNet call of %d rows (%d samples) ran out of GPU memory: "
+                "a UNet call of %d rows (%d samples) ran out of GPU memory (%s): "
                 "retrying with %d rows per call (the draws are unchanged)",
-                b - a, 2 * (b - a), rows,
+                b - a, 2 * (b - a), said, rows,
             )  # fmt: skip
         stats["oom_retries"] += 1
         if device.type == "cuda":

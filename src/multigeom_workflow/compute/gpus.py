@@ -8,6 +8,17 @@ an exclusive ``flock`` on one lock file per GPU, in a folder shared by every run
 machine's user, and computes on that GPU. The operating system releases a lock when its
 process ends, however it ends (SIGKILL included), so a crashed job never keeps a GPU.
 
+The lock files live in a folder on this machine's own disk, ``/tmp`` whatever
+``$TMPDIR`` says; one that refuses locks is said in one line before any job
+(`multigeom_workflow.compute.lock_folder`).
+
+A GPU slice (MIG) is a slot of its own, but a CUDA process can enumerate only one MIG
+device whatever ``CUDA_VISIBLE_DEVICES`` lists (NVIDIA's MIG User Guide, "CUDA device
+enumeration"; pytorch #102715, #92315: ``cuda:1`` is "invalid device ordinal"). So
+when a slot is a slice, the process that computes on it is narrowed to it
+(`Slot.environment`: ``CUDA_VISIBLE_DEVICES`` of that one id) and computes on
+``cuda:0``.
+
 CPU shares belong to one run (``run-<pid>/cpuN.lock``, the pid of its Snakemake
 process): an unrelated run of the same user never holds this run's share. Whoever
 computes on a slot (a warm worker, or a cold job) also holds the slot's compute lock
@@ -21,14 +32,26 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
+from .lock_folder import (
+    LOCK_DIR_ENV,
+    SlotLockError,
+    default_lock_dir,
+    flock,
+    lock_dir,
+    slot_lock_problem,
+)
+
 __all__ = [
+    "LOCK_DIR_ENV",
+    "VISIBLE_GPUS_ENV",
     "Slot",
+    "SlotLockError",
     "allocation_cpus",
     "allocation_lock_dir",
     "clean_ended_allocations",
@@ -38,20 +61,71 @@ __all__ = [
     "hold_gpu",
     "hold_slot",
     "lock_dir",
+    "default_lock_dir",
     "device_kind",
     "gpu_index",
+    "is_mig_device",
+    "narrowed_ids",
     "resolve_device",
     "run_dir",
+    "slot_file_name",
+    "slot_lock_problem",
     "stop_gpu",
     "stopped_gpus",
     "visible_gpu_ids",
 ]
 
 
+#: The environment variable that tells a process narrowed to one GPU slice how many
+#: GPUs (or slices) the run's processes share the CPU cores with
+#: (`multigeom_workflow.compute.engine.cpu_threads`): it sees only its own.
+VISIBLE_GPUS_ENV = "MULTIGEOM_VISIBLE_GPUS"
+
+
+def is_mig_device(gpu_id: str) -> bool:
+    """
+    Whether `gpu_id` names a GPU slice (MIG device) as ``CUDA_VISIBLE_DEVICES`` and
+    ``nvidia-smi -L`` write it: ``MIG-<uuid>`` (drivers >= R470) or
+    ``MIG-GPU-<uuid>/<gpu instance>/<compute instance>`` (R450; CUDA's
+    ``CUDA_VISIBLE_DEVICES`` documentation).
+    """
+    return str(gpu_id).strip().startswith("MIG-")
+
+
+def narrowed_ids(ids: list[str]) -> bool:
+    """
+    Whether the processes that compute on the GPUs `ids` must each be narrowed to its
+    own GPU (``CUDA_VISIBLE_DEVICES`` of one id, ``cuda:0``): when any of them is a
+    slice, since a CUDA process enumerates only one MIG device (the first it is
+    shown), so that ``cuda:<position>`` names no device past the first slice.
+    """
+    return any(is_mig_device(i) for i in ids)
+
+
+def _ids_of_nvidia_smi_list(text: str) -> list[str]:
+    """
+    The GPUs of ``nvidia-smi -L``: each GPU's index (``GPU 0: NVIDIA A100 ...``), or,
+    for a GPU split into slices, its slices' ids (the indented ``MIG 1g.5gb Device
+    0: (UUID: MIG-...)`` lines under it).
+    """
+    out: list[list[str]] = []
+    for line in text.splitlines():
+        gpu = re.match(r"\s*GPU (\d+):", line)
+        mig = re.match(r"\s*MIG .*\(UUID: (MIG-[^)\s]+)\)", line)
+        if gpu:
+            out.append([gpu.group(1)])
+        elif mig and out:
+            if not is_mig_device(out[-1][0]):
+                out[-1] = []  # a GPU in MIG mode: only its slices compute
+            out[-1].append(mig.group(1))
+    return [i for ids in out for i in ids]
+
+
 def visible_gpu_ids() -> list[str]:
     """
     The GPUs this process may use, as ids: those of ``CUDA_VISIBLE_DEVICES`` when it is
-    set (``"-1"`` or empty: none), else the indices ``nvidia-smi`` lists, else none.
+    set (``"-1"`` or empty: none), else those ``nvidia-smi -L`` lists (a GPU's index,
+    or its slices' ``MIG-...`` ids when it is split: `is_mig_device`), else none.
     """
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
@@ -61,14 +135,11 @@ def visible_gpu_ids() -> list[str]:
         return []
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    return _ids_of_nvidia_smi_list(out.stdout)
 
 
 def resolve_device(device: str, gpu_ids: list[str] | None = None) -> str:
@@ -95,20 +166,13 @@ def device_kind(device: str) -> str:
     return str(device).partition(":")[0]
 
 
-def lock_dir() -> Path:
+def slot_file_name(kind: str, slot_id: str) -> str:
     """
-    The folder of the slot lock files (and of the workers' sockets):
-    ``$MULTIGEOM_GPU_LOCK_DIR``, else one per user in the temporary folder, shared by
-    every run on this machine.
+    The name of a slot in file names (its lock, its worker's log and socket):
+    ``<kind><id>``, with the ``/`` of an old-style MIG id
+    (``MIG-GPU-<uuid>/<gi>/<ci>``) written ``_`` (never in an id).
     """
-    env = os.environ.get("MULTIGEOM_GPU_LOCK_DIR")
-    folder = (
-        Path(env)
-        if env
-        else Path(tempfile.gettempdir()) / (f"multigeom-workflow-{os.getuid()}")
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return f"{kind}{slot_id}".replace("/", "_")
 
 
 def run_dir(run_id: str | int) -> Path:
@@ -128,7 +192,7 @@ def stop_gpu(run_id: str | int, gpu_id: str, why: str) -> Path:
     `why` is kept in ``<run_dir>/gpu<id>.stopped``. Other runs are not affected (a
     new run tries the GPU again, in new processes).
     """
-    marker = run_dir(run_id) / f"gpu{gpu_id}.stopped"
+    marker = run_dir(run_id) / f"{slot_file_name('gpu', gpu_id)}.stopped"
     marker.write_text(why.strip() + "\n")
     return marker
 
@@ -138,7 +202,8 @@ def stopped_gpus(run_id: str | int) -> dict[str, str]:
     out = {}
     for marker in run_dir(run_id).glob("gpu*.stopped"):
         try:
-            out[marker.name[3 : -len(".stopped")]] = marker.read_text().strip()
+            gpu_id = marker.name[3 : -len(".stopped")].replace("_", "/")
+            out[gpu_id] = marker.read_text().strip()
         except OSError:
             continue
     return out
@@ -234,10 +299,15 @@ def compute_lock(kind: str, slot_id: str, run_id: str | int):
     ``cpu<i>.compute.lock`` in the run's folder for a CPU share. Only its holder
     computes on the slot; the operating system releases it when the holder ends,
     however it ends.
+
+    Raises
+    ------
+    SlotLockError
+        If the folder refuses file locks (one line, `slot_lock_problem`).
     """
     folder = lock_dir() if kind == "gpu" else run_dir(run_id)
-    with open(folder / f"{kind}{slot_id}.compute.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with open(folder / f"{slot_file_name(kind, slot_id)}.compute.lock", "a+") as handle:
+        flock(handle, fcntl.LOCK_EX, folder)
         try:
             yield
         finally:
@@ -247,18 +317,45 @@ def compute_lock(kind: str, slot_id: str, run_id: str | int):
 class Slot:
     """
     A GPU (or a CPU share) held by this process: its kind (``"gpu"`` or ``"cpu"``), its
-    id (for a GPU, as ``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi`` names it) and its
-    position among the slots of its kind.
+    id (for a GPU, as ``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi`` names it), its
+    position among the `count` slots of its kind, and whether the process that
+    computes on it is narrowed to it (`narrowed_ids`: GPU slices).
     """
 
-    def __init__(self, kind: str, slot_id: str, position: int, handle):
+    def __init__(
+        self,
+        kind: str,
+        slot_id: str,
+        position: int,
+        handle,
+        *,
+        narrowed: bool = False,
+        count: int = 1,
+    ):
         self.kind, self.slot_id, self.position = kind, slot_id, position
+        self.narrowed, self.count = narrowed and kind == "gpu", count
         self._handle = handle
 
     @property
     def device(self) -> str:
-        """The torch device: ``cuda:<position among the visible GPUs>``, or ``cpu``."""
-        return f"cuda:{self.position}" if self.kind == "gpu" else "cpu"
+        """
+        The torch device: ``cuda:<position among the visible GPUs>``, ``cuda:0`` in
+        a process narrowed to its GPU (`environment`), or ``cpu``.
+        """
+        if self.kind != "gpu":
+            return "cpu"
+        return "cuda:0" if self.narrowed else f"cuda:{self.position}"
+
+    def environment(self) -> dict[str, str]:
+        """
+        What the environment of the process that computes on this slot must hold (a
+        warm worker's, or a cold job's before it initialises CUDA): for a narrowed
+        GPU, ``CUDA_VISIBLE_DEVICES`` of its id alone and `VISIBLE_GPUS_ENV` (the
+        run's GPU count, for the CPU share); else nothing.
+        """
+        if not self.narrowed:
+            return {}
+        return {"CUDA_VISIBLE_DEVICES": self.slot_id, VISIBLE_GPUS_ENV: str(self.count)}
 
 
 @contextlib.contextmanager
@@ -270,13 +367,15 @@ def hold_slot(
     poll_s=0.2,
     folder: Path | None = None,
     stopped=None,
+    narrow: bool = False,
 ):
     """
     Hold one slot of `kind` for the duration of the block: the first free one of `ids`,
     or the one at position `want` among them, waiting until one is free. The slot is an
     exclusive ``flock`` on ``<folder>/<kind><id>.lock`` (default folder: `lock_dir`).
     `stopped`, a callable giving id -> why, names slots not to hold (read again while
-    waiting); positions stay those among `ids` (a slot's device is ``cuda:<position>``).
+    waiting); positions stay those among `ids` (a slot's device is ``cuda:<position>``,
+    or ``cuda:0`` with `narrow`: `Slot.environment`).
 
     Yields
     ------
@@ -284,6 +383,8 @@ def hold_slot(
 
     Raises
     ------
+    SlotLockError
+        If the folder refuses file locks (one line naming it, the error and the fix).
     RuntimeError
         If there is no slot to hold, `want` is not a position among them, or every
         slot it may hold is stopped.
@@ -305,18 +406,24 @@ def hold_slot(
         for position in order:
             if ids[position] in out:
                 continue
-            handle = open(folder / f"{kind}{ids[position]}.lock", "a+")
+            handle = open(folder / f"{slot_file_name(kind, ids[position])}.lock", "a+")
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB, folder)
             except BlockingIOError:
                 handle.close()
                 continue
+            except SlotLockError:
+                handle.close()
+                raise
             try:
                 handle.seek(0)
                 handle.truncate()
                 handle.write(f"{os.getpid()}\n")
                 handle.flush()
-                yield Slot(kind, ids[position], position, handle)
+                yield Slot(
+                    kind, ids[position], position, handle, narrowed=narrow,
+                    count=len(ids),
+                )  # fmt: skip
                 return
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
@@ -333,7 +440,8 @@ def hold_gpu(
 ):
     """
     Hold one GPU (`hold_slot` over `ids`, default `visible_gpu_ids`), or GPU `want`;
-    with `run_id`, none that is stopped for that run (`stop_gpu`).
+    with `run_id`, none that is stopped for that run (`stop_gpu`). When any of `ids`
+    is a GPU slice, the slot is narrowed (`narrowed_ids`, `Slot.environment`).
 
     Raises
     ------
@@ -347,7 +455,9 @@ def hold_gpu(
     if want is not None and not 0 <= want < len(ids):
         raise RuntimeError(f"cuda:{want} asked for, but {len(ids)} GPU(s) are visible")
     stopped = None if run_id is None else (lambda: stopped_gpus(run_id))
-    return hold_slot("gpu", ids, want=want, poll_s=poll_s, stopped=stopped)
+    return hold_slot(
+        "gpu", ids, want=want, poll_s=poll_s, stopped=stopped, narrow=narrowed_ids(ids)
+    )
 
 
 def hold_cpu(n_slots: int, *, run_id: str | int | None = None, poll_s=0.2):

@@ -49,7 +49,7 @@ import threading
 import time
 from pathlib import Path
 
-from .gpus import _alive, clean_ended_runs, compute_lock, run_dir
+from .gpus import _alive, clean_ended_runs, compute_lock, run_dir, slot_file_name
 from .hook import estimator_hook, record
 from .request import EstimateRequest
 
@@ -115,25 +115,34 @@ class ContextLost(RuntimeError):
     """The worker's CUDA context failed during the request; the worker has ended."""
 
 
-def slot_spec(kind: str, slot_id: str, device: str, threads: int, run_id) -> dict:
+def slot_spec(
+    kind: str, slot_id: str, device: str, threads: int, run_id, env=None
+) -> dict:
     """
     What identifies a worker: its slot (`kind` ``"gpu"`` or ``"cpu"`` and id), the
-    torch device, the thread count, and its run (the pid of the run's Snakemake
-    process: a worker ends with its run, so two runs never share one).
+    torch device, the thread count, its run (the pid of the run's Snakemake
+    process: a worker ends with its run, so two runs never share one) and, for a
+    GPU slice, what its environment must hold (`env`:
+    `multigeom_workflow.compute.gpus.Slot.environment`, ``CUDA_VISIBLE_DEVICES`` of
+    the slice alone, so that its device ``cuda:0`` is the slice).
     """
-    return {
+    spec = {
         "kind": kind,
         "slot_id": str(slot_id),
         "device": device,
         "threads": int(threads),
         "run": str(run_id),
     }
+    if env:
+        spec["env"] = {str(k): str(v) for k, v in env.items()}
+    return spec
 
 
 def worker_socket(spec: dict) -> Path:
     """The socket of the worker for `spec` (`slot_spec`), in its run's folder."""
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    path = run_dir(spec["run"]) / f"{spec['kind']}{spec['slot_id']}-{key}.sock"
+    name = slot_file_name(spec["kind"], spec["slot_id"])
+    path = run_dir(spec["run"]) / f"{name}-{key}.sock"
     if len(str(path)) > 100:  # the limit of a Unix socket's path is about 107 bytes
         folder = Path("/tmp") / f"mgw-{os.getuid()}-run-{spec['run']}"
         folder.mkdir(exist_ok=True)
@@ -215,7 +224,11 @@ def request_estimate(
         cmd += ["--idle-s", str(idle_s)]
         with open(log, "a") as out:
             proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **spec.get("env", {})},  # a GPU slice: it alone
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while sock is None:
