@@ -2,13 +2,22 @@
 Fetching the paper's inputs from servers on 127.0.0.1 that stand in for the Hugging
 Face Hub and TinyImageNet's host: downloads verified, interrupted transfers resumed or
 redone, bad answers failing with a clear message and leaving nothing that looks
-finished.
+finished; a shared cache whose lock file this user cannot write does not stop a run.
 """
 
 from __future__ import annotations
 
+import getpass
+import hashlib
 import io
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -108,6 +117,120 @@ def test_wrong_checkpoint_size_is_refused(hub, tmp_path):
     with pytest.raises(RuntimeError, match="could not download"):
         fetch(hub, "encoders", "V1", out)
     assert not out.exists()
+
+
+@pytest.fixture
+def shared_cache():
+    """
+    A lab's shared Hugging Face cache (folders writable by all, as a group-writable
+    ``HF_HOME`` is to its members) holding the lock file another member's download of
+    ``encoders/onoff/V1/best_model.pt`` left: ``<cache>/.locks/models--lab--checkpoints
+    /<etag>.lock`` (huggingface_hub 0.36 ``file_download.py``; the etag is the one the
+    server sends, `fakes.FileServer`: the SHA-256 of the file), made with umask 022.
+    Outside pytest's own temporary folder, which only its owner can enter.
+    """
+    root = Path(tempfile.mkdtemp(prefix="shared-"))
+    root.chmod(0o777)
+    cache = root / "hf-cache"
+    locks = cache / ".locks" / "models--lab--checkpoints"
+    locks.mkdir(parents=True)
+    for folder in (cache, cache / ".locks", locks):
+        folder.chmod(0o777)
+    lock = locks / f"{hashlib.sha256(checkpoint_bytes(0)).hexdigest()}.lock"
+    lock.touch()
+    lock.chmod(0o644)
+    yield cache, lock
+    shutil.rmtree(root)
+
+
+def fetch_as_another_member(hub, cache, lock, out):
+    """
+    `fetch_checkpoint` in a process of a user who cannot write `lock`: the real
+    ``PermissionError`` of filelock's ``open(lock, O_RDWR)``. Root ignores file modes,
+    so as root the fetch runs as ``nobody`` (`setpriv`); another user runs it as
+    itself, the lock file made read-only.
+    """
+    as_other = []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: no user to refuse")
+        as_other = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    else:
+        lock.chmod(0o444)
+    code = (
+        "from multigeom_workflow.inputs.fetch import fetch_checkpoint\n"
+        f"fetch_checkpoint('encoders', 'onoff', 'V1', {str(out)!r}, "
+        f"repo_id={REPO_ID!r}, endpoint={hub.url!r}, cache_dir={str(cache)!r})\n"
+    )
+    home = cache.parent / "home"
+    home.mkdir(mode=0o777, exist_ok=True)
+    home.chmod(0o777)
+    env = {**os.environ, "HOME": str(home), "HF_HOME": str(home / "hf")}
+    return subprocess.run(
+        [*as_other, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def lock_owner_and_mode() -> tuple[str, str]:
+    """Of the lock file of `shared_cache` as `fetch_as_another_member` leaves it."""
+    if os.geteuid() == 0:
+        return "root", "-rw-r--r--"
+    return getpass.getuser(), "-r--r--r--"
+
+
+def test_a_shared_cache_lock_this_user_cannot_write_is_not_a_failure(hub, shared_cache):
+    cache, lock = shared_cache
+    out = cache.parent / "runs/encoders/onoff/V1/best_model.pt"
+    out.parent.mkdir(parents=True)
+    out.parent.chmod(0o777)
+    done = fetch_as_another_member(hub, cache, lock, out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert out.read_bytes() == checkpoint_bytes(0)
+    owner, mode = lock_owner_and_mode()
+    assert done.stdout.splitlines() == [
+        f"notice: the Hugging Face cache {cache} holds {lock} ({owner}, {mode}), "
+        "which this user cannot write (Permission denied); "
+        "encoders/onoff/V1/best_model.pt is downloaded into a private folder for "
+        f"this run instead; to share the cache again, ask {owner} to run "
+        f"`chmod g+w {lock}` (a shared cache wants `umask 002` of every member), or "
+        "set HF_HUB_CACHE to a folder of your own"
+    ]
+    # One download, into the private folder; it is gone, and the shared cache is as
+    # it was (no blob, the lock file untouched).
+    path = hub_path(REPO_ID, "encoders/onoff/V1/best_model.pt")
+    assert [r for r in hub.requests if r[0] == "GET" and r[1] == path] == [
+        ("GET", path, None)
+    ]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["best_model.pt"]
+    assert not list(cache.rglob("blobs/*"))
+    assert stat.filemode(lock.stat().st_mode) == mode
+
+
+def test_a_failed_private_download_says_both_in_one_line(hub, shared_cache):
+    cache, lock = shared_cache
+    owner, _ = lock_owner_and_mode()
+    out = cache.parent / "best_model.pt"
+    hub.cut_next[hub_path(REPO_ID, "encoders/onoff/V1/best_model.pt")] = 5000
+    done = fetch_as_another_member(hub, cache, lock, out)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "RuntimeError: could not download encoders/onoff/V1/best_model.pt of "
+        f"lab/checkpoints on {hub.url}: the Hugging Face cache {cache} holds {lock}"
+    )
+    assert ", and the download into a private folder failed too (" in last
+    assert "IncompleteRead(5000 bytes read" in last
+    assert last.endswith(
+        f"to share the cache again, ask {owner} to run `chmod g+w {lock}` (a shared "
+        "cache wants `umask 002` of every member), or set HF_HUB_CACHE to a folder "
+        "of your own"
+    )
+    assert not out.exists()
+    assert not [p for p in cache.parent.iterdir() if ".hf-cache-" in p.name]
 
 
 ZIP = tinyimagenet_zip(12)

@@ -13,12 +13,19 @@ TinyImageNet test images, and the check that torchvision's backbone weights are 
   one file per job.
 
 Every file appears complete or not at all (`multigeom_workflow.atomic.atomic_path`).
+A shared Hugging Face cache that this user cannot write (a lab's ``HF_HOME`` holding
+another member's lock file without group write, huggingface_hub #2580) does not stop
+the run: the checkpoint is downloaded into a private folder, with one notice naming
+the file and the fix (`fetch_checkpoint`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
+import tempfile
 import zipfile
 from http.client import HTTPException
 from pathlib import Path
@@ -99,7 +106,8 @@ def fetch_checkpoint(
         The Hub repository and an optional revision (commit, tag or branch).
     endpoint, cache_dir : str, optional
         The Hub server and the cache folder; by default huggingface_hub's own
-        (``HF_ENDPOINT``, ``HF_HOME``). ``HF_TOKEN`` is sent when set.
+        (``HF_ENDPOINT``, ``HF_HUB_CACHE`` or ``HF_HOME``). ``HF_TOKEN`` is sent when
+        set.
 
     Returns
     -------
@@ -112,6 +120,27 @@ def fetch_checkpoint(
         One line naming the file, the repository and the server's answer (missing file,
         no access, no network), or a download that is not a checkpoint. Nothing is
         written to `out` then.
+
+    Notes
+    -----
+    A cache this user cannot write. huggingface_hub takes a lock before it downloads
+    a file into its cache, ``<cache>/.locks/<repo folder>/<etag>.lock``
+    (`huggingface_hub.file_download._hf_hub_download_to_cache_dir`, 0.36), with
+    filelock's `FileLock`, which opens an existing lock file for writing and raises
+    ``PermissionError`` when it cannot (filelock 4.3, ``_native/_unix.py``). In a
+    lab's shared ``HF_HOME`` the file is another member's, made without group write
+    (umask 022): every other member's download of that file fails, and a retry fails
+    the same way (huggingface_hub #2580). huggingface_hub has no setting for another
+    lock folder, so a private lock folder means a private cache: on a
+    ``PermissionError`` on a file inside the cache, the checkpoint is downloaded again
+    into a private folder next to `out` (removed once `out` is written), and one
+    ``notice:`` line names the file, its owner and the fix (its owner runs
+    ``chmod g+w`` on it; or ``HF_HUB_CACHE`` set to a folder of one's own). Chosen
+    over stopping with that line because the run then ends with its checkpoints
+    rather than on a colleague's file mode, the shared cache is left untouched, and
+    no second cache grows (the run keeps its copy in the run layout anyway); the
+    cost is one download the shared cache might have saved. If the private download
+    fails too, the error says both.
     """
     import torch
     from huggingface_hub import constants, hf_hub_download
@@ -119,32 +148,98 @@ def fetch_checkpoint(
     filename = hub_filename(kind, encoder, area)
     where = f"{filename} of {repo_id}" + (f"@{revision}" if revision else "")
     where += f" on {endpoint or constants.ENDPOINT}"
-    try:
-        cached = hf_hub_download(
+    shared = Path(cache_dir or constants.HF_HUB_CACHE)
+    out = Path(out)
+
+    def download(cache) -> str:
+        return hf_hub_download(
             repo_id,
             filename,
             revision=revision,
             endpoint=endpoint,
-            cache_dir=cache_dir,
+            cache_dir=cache,
             token=os.environ.get("HF_TOKEN") or None,
         )
-    except Exception as err:  # huggingface_hub's and the network's errors alike
-        reason = " ".join(str(err).split())[:300]
-        raise RuntimeError(
-            f"could not download {where}: {type(err).__name__}: {reason}"
-        ) from err
+
+    with contextlib.ExitStack() as private_folder:
+        unwritable = None  # (the cache's file this user cannot write, the fix)
+        try:
+            try:
+                cached = download(cache_dir)
+            except PermissionError as err:
+                unwritable = _unwritable_cache_file(err, shared)
+                if unwritable is None:
+                    raise
+                out.parent.mkdir(parents=True, exist_ok=True)
+                folder = private_folder.enter_context(
+                    tempfile.TemporaryDirectory(
+                        prefix=f".{out.name}.hf-cache-", dir=out.parent
+                    )
+                )
+                cached = download(folder)
+        except Exception as err:  # huggingface_hub's and the network's errors alike
+            reason = f"{type(err).__name__}: " + " ".join(str(err).split())[:300]
+            if unwritable:
+                problem, fix = unwritable
+                reason = (
+                    f"{problem}, and the download into a private folder failed too "
+                    f"({reason}); {fix}"
+                )
+            raise RuntimeError(f"could not download {where}: {reason}") from err
+        if unwritable:
+            problem, fix = unwritable
+            print(
+                f"notice: {problem}; {filename} is downloaded into a private folder "
+                f"for this run instead; {fix}"
+            )
+        try:
+            ckpt = torch.load(cached, map_location="cpu", weights_only=False)
+        except Exception as err:
+            what_to_do = (
+                ""
+                if unwritable
+                else f"; delete {cached} from the Hugging Face cache and try again"
+            )
+            raise RuntimeError(
+                f"{where} is not a readable checkpoint ({type(err).__name__}: "
+                f"{err}){what_to_do}"
+            ) from err
+        if not isinstance(ckpt, dict) or "model_state_dict" not in ckpt:
+            raise RuntimeError(f"{where} holds no 'model_state_dict'")
+        with atomic_path(out) as tmp:
+            shutil.copyfile(cached, tmp)
+    return out
+
+
+def _unwritable_cache_file(err: PermissionError, cache: Path) -> tuple[str, str] | None:
+    """
+    For a ``PermissionError`` on a file inside the Hugging Face cache `cache` (its
+    lock files above all, see `fetch_checkpoint`), what to say of it (the file, its
+    owner and mode) and the fix; None for one elsewhere.
+    """
+    if not err.filename:
+        return None
+    path = Path(os.path.abspath(err.filename))
+    if not path.is_relative_to(os.path.abspath(cache)):
+        return None
     try:
-        ckpt = torch.load(cached, map_location="cpu", weights_only=False)
-    except Exception as err:
-        raise RuntimeError(
-            f"{where} is not a readable checkpoint ({type(err).__name__}: {err}); "
-            f"delete {cached} from the Hugging Face cache and try again"
-        ) from err
-    if not isinstance(ckpt, dict) or "model_state_dict" not in ckpt:
-        raise RuntimeError(f"{where} holds no 'model_state_dict'")
-    with atomic_path(out) as tmp:
-        shutil.copyfile(cached, tmp)
-    return Path(out)
+        import pwd
+
+        st = path.stat()
+        owner = pwd.getpwuid(st.st_uid).pw_name
+        held = f"{owner}, {stat.filemode(st.st_mode)}"
+    except (OSError, KeyError, ImportError):
+        owner = held = "its owner"
+    problem = (
+        f"the Hugging Face cache {cache} holds {path} ({held}), which this user "
+        f"cannot write ({err.strerror})"
+    )
+    fix = (
+        f"to share the cache again, ask {owner} to run `chmod g+w {path}` (a shared "
+        "cache wants `umask 002` of every member), or set HF_HUB_CACHE to a folder "
+        "of your own"
+    )
+    return problem, fix
 
 
 def _valid_zip(path: Path) -> str | None:
