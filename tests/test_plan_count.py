@@ -418,7 +418,7 @@ def normalized(output: str) -> list[str]:
 
 @pytest.mark.parametrize("profile", [None, "slurm"])
 def test_the_dry_run_says_the_same_with_the_speed_patches_off(tiny_copy, profile):
-    """``MULTIGEOM_SPEED_PATCHES=off`` (snakemake_adapter.py: Snakemake as it
+    """``MULTIGEOM_SPEED_PATCHES=off`` (snakemake_adapter: Snakemake as it
     comes) changes nothing a dry run says: its plan, its job statistics and the
     workflow's estimate are the same, line for line (job blocks in Snakemake's
     hash-dependent order sorted)."""

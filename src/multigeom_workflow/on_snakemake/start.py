@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from .. import snakemake_adapter as adapter
-from ..compute.gpus import allocation_lock_dir
+from ..compute.gpus import allocation_lock_dir, slot_lock_problem
 from ..compute.request import RunSettings
 from ..compute.workers import clean_after_killed_runs
 from ..on_modal.preflight import before_modal_run
@@ -127,10 +127,30 @@ def _export_run_settings(facts: Facts, config: dict, scenario: Scenario) -> None
         MULTIGEOM_SLURM_SHARD=slurm_job if facts.remote else "",
     )
     if slurm_job:
+        problem = slot_lock_problem()  # one line before any job, not one in each
+        if problem:
+            sys.exit(problem)
         os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(allocation_lock_dir(slurm_job)))
 
 
 def start(workflow, config: dict) -> Run:
+    """
+    `_start`, and one line for each Snakemake internal whose use is switched off
+    (`snakemake_adapter.switched_off_lines`, before any job, not in a job's own
+    Snakemake). An internal the workflow cannot do without (`adapter.InternalChanged`)
+    stops the run with one ``error:`` line and exit status 1.
+    """
+    try:
+        run = _start(workflow, config)
+    except adapter.InternalChanged as err:
+        sys.exit(f"error: {err}")
+    for line in adapter.switched_off_lines():
+        if run.facts is None or run.facts.main:
+            say(f"warning: {line}")
+    return run
+
+
+def _start(workflow, config: dict) -> Run:
     """
     Everything the workflow does when Snakemake parses it, in order: the package
     check, the configuration (one ``config error:`` line and exit status 1 on a bad
@@ -153,13 +173,7 @@ def start(workflow, config: dict) -> Run:
     adapter.fewer_collections()
     # Older runs recorded their settings as written (multigeom_workflow.settings
     # .identity): read in today's canonical form, or one line if Snakemake changed.
-    changed = adapter.read_recorded_params_as(recorded_in_canonical_form)
-    if changed and facts.main:
-        say(
-            f"warning: {changed}; outputs recorded before settings were recorded in "
-            "canonical form (2026-12-02) are compared as Snakemake records them, so "
-            "a settings file written differently plans them again"
-        )
+    adapter.read_recorded_params_as(recorded_in_canonical_form)
     remote = facts.remote
     try:
         scenario = validated_scenario(config, facts.basedir, remote)
@@ -290,11 +304,18 @@ def on_start(workflow, run: Run) -> None:
     """
     At the start of a real run (``onstart``), once Snakemake holds the working
     directory and its plan: remove what killed runs left (ended runs' sockets and
-    CPU shares, temporary folders beside per-image files); on this machine's GPUs,
+    CPU shares, temporary folders beside per-image files), after one line and the
+    end of the run if the folder of the slot locks refuses them
+    (`multigeom_workflow.compute.gpus.slot_lock_problem`); on this machine's GPUs,
     start no more per-image jobs than there are GPUs (the `gpu` resource, unless
     --resources gpu=N gave it); then `check_before_first_job`.
     """
     s = run.scenario
+    # the per-image jobs hold GPU slots (or CPU shares) here: one line before any job
+    # if the folder of their locks refuses them (compute/lock_folder.py)
+    problem = slot_lock_problem() if run.facts.local else None
+    if problem:
+        sys.exit(problem)
     clean_after_killed_runs(
         folder
         for c in s.configurations

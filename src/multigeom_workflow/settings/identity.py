@@ -9,9 +9,10 @@ reprs differs from the one recorded with its output (``--rerun-triggers params``
 to 9.27). A dict's repr follows its keys' order, so the same estimator file with its
 keys in another order, or ``3.0e-3`` written ``0.003`` next to ``1`` written ``1.0``,
 used to plan every per-image computation again. The workflow therefore hands Snakemake
-every settings mapping in its `canonical` form, and reads what older runs recorded in the same form (`recorded_in_canonical_form`,
-through `multigeom_workflow.snakemake_adapter.read_recorded_params_as`), so that a run
-made before this form existed is not recomputed because of it.
+every settings mapping in its `canonical` form, and reads what older runs recorded
+in the same form (`recorded_in_canonical_form`, through
+`multigeom_workflow.snakemake_adapter.read_recorded_params_as`), so that a run made
+before this form existed is not recomputed because of it.
 
 What each key recomputes: docs/estimates.md ("What a change of settings recomputes").
 
@@ -98,7 +99,8 @@ def is_estimator_settings(settings) -> bool:
 
 def _estimator_identity(estimator: dict) -> dict:
     """The estimator settings less `NOT_RESULT_KEYS`, `ESTIMATOR_DEFAULTS` filled in
-    (not yet canonical: `canonical` calls this)."""
+    (not yet canonical: `canonical` calls this).
+    """
     out = {k: v for k, v in estimator.items() if k not in NOT_RESULT_KEYS}
     out.setdefault("estimator", ESTIMATOR_DEFAULTS["estimator"])
     if isinstance(out.get("fisher_baseline", {}), dict):
@@ -129,13 +131,14 @@ def recorded_in_canonical_form(recorded):
     """
     if not recorded:
         return recorded
-    return [_canonical_repr(item) if isinstance(item, str) else item for item in recorded]
+    return [_canonical_repr(x) if isinstance(x, str) else x for x in recorded]
 
 
 @functools.lru_cache(maxsize=256)
 def _canonical_repr(text: str) -> str:
     """A recorded repr in canonical form (cached: every per-image file of a run
-    records the same few settings)."""
+    records the same few settings).
+    """
     if not text.startswith("{"):
         return text
     try:

@@ -1,0 +1,109 @@
+"""
+What the adapter checks of a Snakemake internal before it uses one, and what it says
+when one is not what it was written for.
+
+A patch (a method of Snakemake's replaced or wrapped) is made only after its target
+has been checked: it exists, it is or is not a coroutine function, and its leading
+parameters are those it was written for (`method_problem`). A target that changed is
+left as Snakemake has it: the use is switched off (`switched_off`) with one line
+naming it, the installed Snakemake and the releases tested (`TESTED`), and Snakemake's
+own behaviour applies. A use that cannot be switched off without a wrong answer stops
+the run before any job (`InternalChanged`, one line). `switched_off_lines` gives the
+lines once each, for the Snakefile to print before any job.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+__all__ = [
+    "TESTED",
+    "InternalChanged",
+    "changed_line",
+    "method_problem",
+    "snakemake_version",
+    "switched_off",
+    "switched_off_lines",
+]
+
+#: The oldest and the newest Snakemake CI tests the workflow with (pyproject.toml's
+#: range; .ci/oldest-snakemake, .ci/snakemake-releases).
+TESTED = ("9.24.0", "9.27.1")
+
+_SWITCHED_OFF: dict[str, str] = {}
+_SAID: set[str] = set()
+
+
+class InternalChanged(RuntimeError):
+    """A Snakemake internal the workflow cannot do without is not what it was written
+    for: the message is one line naming it, the Snakemake version and `TESTED`.
+    """
+
+
+def snakemake_version() -> str:
+    """The installed Snakemake's version (its distribution's metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("snakemake")
+    except PackageNotFoundError:  # pragma: no cover (the workflow needs it)
+        return "?"
+
+
+def method_problem(
+    owner, name: str, params: tuple[str, ...], coroutine: bool, exact: bool = False
+) -> str | None:
+    """
+    What is wrong with ``owner.<name>`` for a use written for a function whose leading
+    parameters (with `exact`, all its parameters) are `params` and which is
+    (`coroutine`) or is not a coroutine function; None when nothing is.
+
+    Returns
+    -------
+    str or None
+        A few words ("is missing", "is not a coroutine function", "takes (self,
+        file), not (self, path)").
+    """
+    method = getattr(owner, name, None)
+    if method is None or not callable(method):
+        return "is missing"
+    method = getattr(method, "_original", method)  # a wrapper of ours: its target
+    if inspect.iscoroutinefunction(method) != coroutine:
+        return f"is {'not ' if coroutine else ''}a coroutine function"
+    try:
+        names = tuple(inspect.signature(method).parameters)
+    except (TypeError, ValueError):
+        return "has no signature to read"
+    if (names if exact else names[: len(params)]) != params:
+        return f"takes ({', '.join(names)}), not ({', '.join(params)})"
+    return None
+
+
+def switched_off(name: str, problem: str, consequence: str) -> str:
+    """
+    Record that the use of internal `name` is off because of `problem`, with its
+    `consequence` (what the user meets instead), and return its line.
+    """
+    low, high = TESTED
+    line = (
+        f"Snakemake {snakemake_version()}: {name} {problem}, so the workflow leaves it "
+        f"as it is ({consequence}; tested with Snakemake {low} to {high})"
+    )
+    _SWITCHED_OFF[name] = line
+    return line
+
+
+def changed_line(name: str, problem: str) -> str:
+    """The line of an `InternalChanged`: the run stops before any job."""
+    low, high = TESTED
+    return (
+        f"Snakemake {snakemake_version()}: {name} {problem}; the workflow cannot run "
+        f"with it (tested with Snakemake {low} to {high}: install one of those)"
+    )
+
+
+def switched_off_lines() -> list[str]:
+    """The lines of `switched_off` not yet handed out, each once per process."""
+    new = [line for line in _SWITCHED_OFF.values() if line not in _SAID]
+    _SAID.update(new)
+    return new
