@@ -365,14 +365,17 @@ def test_calls_of_any_rows_agree_with_upstream(models, image, rows, upstream_g):
 class RunsOutOfMemory(torch.nn.Module):
     """
     A UNet that raises what the CUDA caching allocator raises (torch.OutOfMemoryError,
-    c10/cuda/CUDACachingAllocator.cpp) for calls of more than `most` samples.
+    c10/cuda/CUDACachingAllocator.cpp) for calls of more than `most` samples, or
+    `error` (another library's words for it).
     """
 
-    def __init__(self, unet, most):
+    def __init__(self, unet, most, error=None):
         super().__init__()
-        self.unet, self.most, self.calls = unet, most, []
+        self.unet, self.most, self.calls, self.error = unet, most, [], error
 
     def forward(self, x, t, r):
+        if len(x) > self.most and self.error is not None:
+            raise self.error
         if len(x) > self.most:
             raise torch.OutOfMemoryError(
                 "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
@@ -406,6 +409,99 @@ def test_a_row_that_does_not_fit_raises(models, image):
     m = Models(models.encoder, oom, models.alphas_cumprod, None, CPU)
     with pytest.raises(torch.OutOfMemoryError, match="CUDA out of memory"):
         run_fast(m, image, max_rows=4)
+
+
+#: An allocation failure in each library's words, as PyTorch 2.8 raises it: a plain
+#: RuntimeError from TORCH_CUDABLAS_CHECK and AT_CUDNN_CHECK
+#: (aten/src/ATen/cuda/Exceptions.h; cuDNN's names from cudnnGetErrorString, cuDNN 8
+#: and 9), torch.AcceleratorError from C10_CUDA_CHECK (c10/cuda/CUDAException.cpp).
+LIBRARY_OUT_OF_MEMORY = {
+    "cublas-alloc": RuntimeError(
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    ),
+    "cublas-init": RuntimeError(
+        "CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`"
+    ),
+    "cublaslt": RuntimeError(
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasLtMatmul( ltHandle,"
+        " computeDesc.descriptor(), ...)`"
+    ),
+    "cudnn8": RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+    "cudnn9": RuntimeError(
+        "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"
+    ),
+    "cudnn-init": RuntimeError("cuDNN error: CUDNN_STATUS_NOT_INITIALIZED"),
+    "cuda-runtime": torch.AcceleratorError(
+        "CUDA error: out of memory\nCUDA kernel errors might be asynchronously "
+        "reported at some other API call, so the stacktrace below might be incorrect."
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def at_two_rows(models, image):
+    """The unfaulted result at 2 rows per UNet call."""
+    return run_fast(models, image, max_rows=2)
+
+
+@pytest.mark.parametrize(
+    "error", LIBRARY_OUT_OF_MEMORY.values(), ids=LIBRARY_OUT_OF_MEMORY.keys()
+)
+def test_a_librarys_allocation_failure_is_made_again_with_fewer_rows(
+    models, image, at_two_rows, error, caplog
+):
+    oom = RunsOutOfMemory(models.unet, most=5, error=error)  # 2 rows: 4 samples fit
+    m = Models(models.encoder, oom, models.alphas_cumprod, None, CPU)
+    with caplog.at_level(logging.WARNING, logger=engine.__name__):
+        g, j, stats = run_fast(m, image, max_rows=8)
+    assert (stats["rows_per_call"], stats["rows_per_call_final"]) == (8, 2)
+    assert stats["oom_retries"] == 2  # 8 -> 4 -> 2 rows
+    logged = [r.getMessage() for r in caplog.records]
+    assert [line for line in logged if "ran out of GPU memory" in line] == [
+        "a UNet call of 8 rows (16 samples) ran out of GPU memory "
+        f"({str(error).splitlines()[0]}): retrying with 4 rows per call (the draws "
+        "are unchanged)"
+    ]
+    g_2, j_2, _ = at_two_rows
+    assert torch.equal(g.eigenvalues, g_2.eigenvalues)
+    assert torch.equal(g.eigenvectors, g_2.eigenvectors)
+    assert torch.equal(j.eigenvalues, j_2.eigenvalues)
+
+
+def test_a_row_that_does_not_fit_is_said_in_one_line(models, image):
+    error = LIBRARY_OUT_OF_MEMORY["cublas-alloc"]
+    oom = RunsOutOfMemory(models.unet, most=1, error=error)
+    m = Models(models.encoder, oom, models.alphas_cumprod, None, CPU)
+    with pytest.raises(torch.OutOfMemoryError) as raised:
+        run_fast(m, image, max_rows=4)
+    assert str(raised.value) == (
+        "out of GPU memory on cpu even at one row of D per UNet call: CUDA error: "
+        "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    )
+    assert raised.value.__cause__ is error
+
+
+def test_other_errors_of_the_gpu_libraries_are_not_taken_for_out_of_memory(
+    models, image
+):
+    from multigeom_workflow.compute.gpu_errors import is_out_of_memory
+    from multigeom_workflow.compute.workers import STICKY_CUDA_ERRORS
+
+    assert all(is_out_of_memory(e) for e in LIBRARY_OUT_OF_MEMORY.values())
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried"))
+    others = [RuntimeError(f"CUDA error: {m}") for m in STICKY_CUDA_ERRORS]
+    others += [
+        RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM"),
+        RuntimeError("CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublas"),
+        ValueError("CUDA error: out of memory"),  # not what a library raises
+    ]
+    assert not any(is_out_of_memory(e) for e in others)
+    # one is raised at once, the call not made again
+    sticky = RunsOutOfMemory(models.unet, most=5, error=others[-2])
+    m = Models(models.encoder, sticky, models.alphas_cumprod, None, CPU)
+    with pytest.raises(RuntimeError, match="CUBLAS_STATUS_INVALID_VALUE"):
+        run_fast(m, image, max_rows=8)
+    assert sticky.calls == []
 
 
 # --- the eigen-step ----------------------------------------------------------------
