@@ -128,6 +128,11 @@ def test_install_puts_the_layer_once_over_the_plugins_query(monkeypatch):
 
     original = plugin.query_job_status
     monkeypatch.setattr(plugin, "query_job_status", original)
+    # what install also lays (tests/test_slurm_site.py), restored after the test
+    monkeypatch.setattr(plugin, "subprocess", vars(plugin)["subprocess"])
+    monkeypatch.setattr(
+        plugin.Executor, "check_active_jobs", plugin.Executor.check_active_jobs
+    )
     layer = status.install()
     assert plugin.query_job_status == layer.query and layer.original is original
     assert status.install() is layer
