@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 try:
     from multigeom_workflow import on_snakemake as hooks
     from multigeom_workflow.results.verify import CHECKED_LIST_COLUMNS
+    from multigeom_workflow.settings.files import timestep_grid
     from multigeom_workflow.settings.identity import canonical
     from multigeom_workflow.settings.layout import WILDCARD_CONSTRAINTS
 except ImportError as err:

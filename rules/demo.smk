@@ -127,7 +127,10 @@ rule check_conditioning:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
     params:
-        estimator=ESTIMATOR_PARAMS,
+        # what it reads of the estimator, and nothing else (a change of n_samples
+        # changes no result here)
+        timesteps=list(timestep_grid(SCENARIO.estimator)),
+        sigma=canonical(SCENARIO.estimator["monte_carlo"]["observation_noise_sigma"]),
         diffusion=DIFFUSION_PARAMS,
         n_images=16,
     log:

@@ -8,7 +8,6 @@ from multigeom_workflow.atomic import atomic_path
 from multigeom_workflow.compute.estimate import load_models
 from multigeom_workflow.inputs.demo.diagnostics import conditioning_sensitivity
 from multigeom_workflow.script_log import job_log
-from multigeom_workflow.settings.files import timestep_grid
 
 with job_log(snakemake.log[0]):
     torch.set_num_threads(snakemake.threads)
@@ -24,8 +23,8 @@ with job_log(snakemake.log[0]):
         models.unet,
         models.alphas_cumprod,
         crops[-snakemake.params.n_images :],
-        list(timestep_grid(snakemake.params.estimator)),
-        snakemake.params.estimator["monte_carlo"]["observation_noise_sigma"],
+        snakemake.params.timesteps,
+        float(snakemake.params.sigma),
     )
     result |= {"encoder": snakemake.wildcards.encoder, "area": snakemake.wildcards.area}
     with atomic_path(snakemake.output[0]) as tmp:

@@ -84,11 +84,29 @@ def planned_jobs(result) -> dict[str, int]:
     return counts
 
 
+#: The environment of a run in a Python without the Modal executor plugin and the
+#: Modal client (a local or SLURM-only install): tests/data/without_modal.
+WITHOUT_MODAL = {
+    "PYTHONPATH": os.pathsep.join(
+        p
+        for p in (
+            str(REPO / "tests" / "data" / "without_modal"),
+            os.environ.get("PYTHONPATH"),
+        )
+        if p
+    )
+}
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
-    """A working directory in which the reduced demo ran to the end (read-only use)."""
+    """
+    A working directory in which the reduced demo ran to the end (read-only use),
+    in a Python without the Modal plugin (`WITHOUT_MODAL`): a local install runs the
+    demo without it.
+    """
     workdir = tmp_path_factory.mktemp("tiny-demo")
-    result = run_snakemake(workdir)
+    result = run_snakemake(workdir, env=WITHOUT_MODAL)
     assert result.returncode == 0, result.stderr[-4000:]
     return workdir
 

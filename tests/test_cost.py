@@ -10,13 +10,13 @@ import yaml
 from conftest import REPO, TINY_CONFIG, planned_jobs, run_snakemake
 
 from multigeom_workflow.planning.cost import (
-    MODAL_PRICES_USD_PER_S,
     CostEstimate,
     budget_problem,
     estimate_cost,
     gpu_matches,
     gpu_price,
     measured_seconds_per_image,
+    modal_prices,
     monte_carlo_work,
     read_timings,
 )
@@ -66,7 +66,7 @@ def test_gpu_price_as_the_plugins_guard(gpu, expected):
     0.000222, T4 0.000164 USD/s."""
     from snakemake_executor_plugin_modal.prices import parse_gpu
 
-    price = gpu_price(gpu, dict(MODAL_PRICES_USD_PER_S))
+    price = gpu_price(gpu, modal_prices())
     assert price == (None if expected is None else pytest.approx(expected))
     if expected is not None:  # the plugin's budget guard prices the same
         assert parse_gpu(gpu).usd_per_second == pytest.approx(expected)

@@ -28,16 +28,16 @@ def test_environment_and_pyproject_agree():
     local = ["-e .", f"./{PLUGIN}"]
     assert all(p in pip for p in local)  # the workflow's package, the Modal plugin
     listed = [p for p in pip if p not in local]
-    # the Modal plugin is a dependency, installed from its folder (not on PyPI)
+    # the Modal plugin is the extra `modal`, installed from its folder (not on PyPI);
+    # a local or SLURM-only install needs none of it
     plugin = tomllib.loads((REPO / PLUGIN / "pyproject.toml").read_text())["project"]
-    needed = [Requirement(d) for d in project["dependencies"]]
-    on_plugin = [r for r in needed if r.name == plugin["name"]]
-    assert len(on_plugin) == 1 and on_plugin[0].specifier.contains(plugin["version"])
-    others = [
-        d for d in project["dependencies"] if Requirement(d).name != plugin["name"]
-    ]
-    assert normalized(listed) == normalized(others)
-    assert len(listed) == len(others)
+    extra = [Requirement(d) for d in project["optional-dependencies"]["modal"]]
+    assert [r.name for r in extra] == [plugin["name"]]
+    assert extra[0].specifier.contains(plugin["version"])
+    needed = [Requirement(d).name for d in project["dependencies"]]
+    assert plugin["name"] not in needed and "modal" not in needed
+    assert normalized(listed) == normalized(project["dependencies"])
+    assert len(listed) == len(project["dependencies"])
     python = next(d for d in env["dependencies"] if str(d).startswith("python="))
     version = python.split("=", 1)[1]
     assert Requirement(f"x{project['requires-python']}").specifier.contains(version)

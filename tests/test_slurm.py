@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
+from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, WITHOUT_MODAL
 
 from multigeom_workflow.compute.gpus import lock_dir
 from multigeom_workflow.compute.hook import HOOK_ENV
@@ -204,10 +204,11 @@ def slurm_run(slurm_cluster, tiny_run, tmp_path_factory):
     work = workdir_with_assets(tiny_run, root / "work")
     profile = user_profile(root / "profile")
     first = last_job_id()
-    dry = run(slurm_command(work, profile, "-n"))
-    result = run(slurm_command(work, profile))
+    # in a Python without the Modal plugin: a SLURM-only install
+    dry = run(slurm_command(work, profile, "-n"), env=WITHOUT_MODAL)
+    result = run(slurm_command(work, profile), env=WITHOUT_MODAL)
     submitted = jobs_since(first, work)
-    again = run(slurm_command(work, profile))
+    again = run(slurm_command(work, profile), env=WITHOUT_MODAL)
     return work, dry, result, submitted, again, jobs_since(first, work)
 
 

@@ -183,6 +183,9 @@ def test_scancel_of_a_running_shard_ends_it_and_the_next_run_keeps_its_images(
     assert shard.proc.returncode != 0, output[-5000:]
     line = next(x for x in output.splitlines() if f"allocation {job} ended" in x)
     assert "CANCELLED by 0" in line and "cancelled (scancel) by uid 0" in line
+    # Snakemake's own error block, not its logging's tracebacks (Snakemake 9.19 to
+    # 9.23: KeyError 'name' in _format_group_error, snakemake #4248)
+    assert "Logging error" not in output and "KeyError" not in output, output[-5000:]
     again = subprocess.run(shard.cmd, env=shard.env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-5000:]
     # put back before Snakemake planned: only the 2 others were computed (below)

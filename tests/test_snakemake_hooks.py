@@ -165,7 +165,6 @@ def test_the_internals_exist_in_the_installed_snakemake():
     to_api = inspect.getsource(args_to_api)
     assert "args.executor" in to_api
     assert to_api.index(".dag(") < to_api.index("execute_workflow(")
-    assert isinstance(Workflow.executor_plugin, property)
     assert isinstance(Workflow.workdir_init, property)
 
 
@@ -398,7 +397,7 @@ def test_the_planning_views_internals_exist_as_used():
 
 
 def test_the_run_s_facts_and_settings_exist_on_snakemake_s_workflow():
-    """What `facts`, `given_resources`, `executor_name`, `slurm_status_command`,
+    """What `facts`, `given_resources`, `slurm_status_command`,
     `submit_dir`, `limit_local_gpus` and `planned_jobs` read of the workflow object
     and its jobs is there in the installed Snakemake, and a value of set-resources
     is read as written (`Resource.raw`: a placeholder ``SET-...`` is never lost to
@@ -418,7 +417,6 @@ def test_the_run_s_facts_and_settings_exist_on_snakemake_s_workflow():
         "local_exec",
         "resource_settings",
         "executor_settings",
-        "executor_plugin",
         "workdir_init",
         "basedir",
         "dag",

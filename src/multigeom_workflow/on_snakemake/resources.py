@@ -36,8 +36,6 @@ def estimate_resources(run: Run) -> dict:
     line gives replaces that value only (``--set-resources`` on the command line
     replaces a profile's whole list).
     """
-    from snakemake_executor_plugin_modal.preflight import requested_settings
-
     s = run.scenario
     out = {"gpu": 1 if s.uses_gpu else 0, "runtime": None}
     if run.on_slurm:  # what a shard needs, whatever set-resources replaces
@@ -49,7 +47,7 @@ def estimate_resources(run: Run) -> dict:
 
         adapter.record_signature(runtime)  # Snakemake reads it at each job otherwise
         out["runtime"] = runtime
-    if requested_settings() is not None:  # --executor modal (a profile's too)
+    if run.on_modal:  # --executor modal (a profile's too)
         out["gpu"] = 1  # its container's one GPU (the profile's gpu=1, local scope)
         out["modal_gpu"] = s.modal["gpu"]
         out["modal_max_cost_usd"] = str(float(s.modal["max_cost_usd"]))

@@ -12,12 +12,56 @@ from ..planning.shards import SHARD_GROUP
 from ..planning.slurm import SlurmPlan
 from ..scenario import Scenario
 from ..settings.layout import Computation
+from ..settings.names import ESTIMATE_RULE
 from ..snakemake_adapter import Facts, GivenResources
 
-__all__ = ["SLURM_JOBSTEP", "Run", "say"]
+__all__ = ["SLURM_JOBSTEP", "Run", "executor_in_use", "modal_requested", "say"]
 
 #: The executor a SLURM allocation's own Snakemake runs its jobs with.
 SLURM_JOBSTEP = "slurm-jobstep"
+#: The Modal executor plugin's module that records ``--executor modal``.
+MODAL_PREFLIGHT = "snakemake_executor_plugin_modal.preflight"
+
+
+def modal_requested() -> bool:
+    """
+    Whether Snakemake made the Modal executor's settings in this process
+    (``--executor modal``, a profile's too: the plugin's
+    ``preflight.requested_settings``). Never imports the plugin: Snakemake imported it
+    if it made its settings, and a local or SLURM-only install has none.
+    """
+    preflight = sys.modules.get(MODAL_PREFLIGHT)
+    return preflight is not None and preflight.requested_settings() is not None
+
+
+def executor_in_use(command_line: str | None, given: GivenResources) -> str:
+    """
+    The one answer to "which executor runs this workflow", read once at parse time:
+    ``slurm``, ``modal``, ``slurm-jobstep`` (inside an allocation), ``local``, or the
+    name another executor plugin gives.
+
+    Parameters
+    ----------
+    command_line : str or None
+        ``--executor`` as Snakemake's command line parsed it
+        (`multigeom_workflow.snakemake_adapter.executor_from_command_line`). Where it
+        does not name the executor (None: Snakemake's Python API, or no
+        ``--executor``; ``dryrun``: the dry run of Snakemake 9.24 to 9.26 names only
+        its dry-run executor), the run is for Modal when Snakemake made the Modal
+        executor's settings (`modal_requested`), for SLURM when its per-image jobs ask
+        SLURM resources (``slurm_*`` in a profile's ``set-resources`` for
+        estimate_image or in ``default-resources``), and local otherwise.
+    given : GivenResources
+        The resources a profile or the command line gave, as written.
+    """
+    if command_line not in (None, "dryrun"):
+        return command_line
+    if modal_requested():
+        return "modal"
+    asked = [*given.per_rule.get(ESTIMATE_RULE, {}), *given.default]
+    if any(name.startswith("slurm_") for name in asked):
+        return "slurm"
+    return "local"
 
 
 def say(line: str) -> None:
@@ -48,9 +92,9 @@ class Run:
         (`SlurmPlan.runtimes`, computed once); empty elsewhere.
     shards_setting : int or str
         The config key ``shards``.
-    executor : str or None
-        The executor in use (`adapter.executor_from_command_line`: ``slurm``,
-        ``modal``, ``local``, ...).
+    executor : str
+        The executor in use, read once at parse time (`executor_in_use`: ``slurm``,
+        ``modal``, ``slurm-jobstep``, ``local``, ...).
     modal : SlurmPlan or None
         The shards and time limits of a sharded run on Modal
         (`multigeom_workflow.planning.slurm.modal_plan`), None for any other run.
@@ -75,7 +119,7 @@ class Run:
     slurm: SlurmPlan | None = None
     runtimes: dict = field(default_factory=dict)
     shards_setting: int | str = "auto"
-    executor: str | None = None
+    executor: str = "local"
     modal: SlurmPlan | None = None
     facts: Facts | None = None
     given: GivenResources = field(default_factory=GivenResources)
@@ -88,6 +132,13 @@ class Run:
         (whose Snakemake runs the jobs with the executor `SLURM_JOBSTEP`).
         """
         return self.slurm is not None or self.executor == SLURM_JOBSTEP
+
+    @property
+    def on_modal(self) -> bool:
+        """A run with ``--executor modal`` (a profile's too), on the machine that
+        submits (a container's own Snakemake runs its jobs locally).
+        """
+        return self.executor == "modal"
 
     def runtime_of(self, wildcards) -> int:
         """

@@ -43,7 +43,7 @@ from ..settings.seeds import job_seeds
 from ..snakemake_adapter import Facts
 from . import estimate
 from .groups import register_groups
-from .run import Run, say
+from .run import Run, executor_in_use, say
 
 __all__ = [
     "check_before_first_job",
@@ -193,12 +193,13 @@ def _start(workflow, config: dict) -> Run:
     refused_dates = _before_planning(scenario, dryrun) if main else []
     _export_run_settings(facts, config, scenario)
 
+    given = adapter.given_resources(workflow)
     run = Run(
         scenario=scenario,
         shards_setting=config["shards"],
-        executor=adapter.executor_from_command_line(),
+        executor=executor_in_use(adapter.executor_from_command_line(), given),
         facts=facts,
-        given=adapter.given_resources(workflow),
+        given=given,
         refused_dates=refused_dates,
     )
     # Groups matter only where Snakemake submits them: remote executors, which
@@ -229,9 +230,7 @@ def _start(workflow, config: dict) -> Run:
             say(f"warning: {line}")
     if run.sharded:
         run.n_shards = num_shards(config["shards"], facts.nodes)
-        from snakemake_executor_plugin_modal.preflight import requested_settings
-
-        if run.slurm is None and requested_settings() is not None:
+        if run.on_modal:
             # on Modal: each shard's timeout (and the budget guard's worst case)
             # from its work, not the profile's 6 h
             run.modal = modal_plan(scenario, run.n_shards)
@@ -248,13 +247,15 @@ def _start(workflow, config: dict) -> Run:
             say(f"warning: {line}")
     # A run on Modal: what it would refuse, before the plugin builds its image (a
     # dry run says it as warnings), the budget from the files missing now; at
-    # onstart the budget is checked again on Snakemake's plan.
-    before_modal_run(
-        scenario,
-        lambda: estimate.modal_estimate_now(run),
-        remote=not main,
-        dryrun=dryrun,
-    )
+    # onstart the budget is checked again on Snakemake's plan. (Only on Modal: a
+    # local or SLURM-only install has no Modal plugin.)
+    if run.on_modal:
+        before_modal_run(
+            scenario,
+            lambda: estimate.modal_estimate_now(run),
+            remote=not main,
+            dryrun=dryrun,
+        )
     if main:
         estimate.install(workflow, run)
     if dryrun:
@@ -327,7 +328,7 @@ def on_start(workflow, run: Run) -> None:
     if run.facts.local and s.uses_gpu and "gpu" not in run.given.limits:
         adapter.limit_local_gpus(workflow, s.gpu_slots)
     check_before_first_job(workflow, run)
-    if adapter.executor_name(workflow) == "slurm":
+    if run.executor == "slurm":
         before_slurm_submissions(workflow, run)
 
 
@@ -382,7 +383,7 @@ def check_before_first_job(workflow, run: Run) -> None:
     s = run.scenario
     for line in profile_placeholders(run.given):
         sys.exit(f"config error: {line}")
-    name = adapter.executor_name(workflow)
+    name = run.executor
     if name == "slurm":  # sacct without job accounting: the run would never end
         problem = status_query_problem(adapter.slurm_status_command(workflow))
         if problem:

@@ -24,8 +24,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S, parse_gpu
-
 from ..compute import gpus
 from ..settings.files import timestep_grid
 
@@ -33,7 +31,7 @@ __all__ = [
     "DEFAULT_SECONDS_PER_IMAGE",
     "DEFAULT_STARTUP_S",
     "ENGINE_SECONDS_PER_IMAGE",
-    "MODAL_PRICES_USD_PER_S",
+    "MODAL_PLUGIN_MISSING",
     "PAPER_MC_WORK",
     "CostEstimate",
     "budget_problem",
@@ -45,15 +43,35 @@ __all__ = [
     "gpu_matches",
     "gpu_price",
     "measured_seconds_per_image",
+    "modal_prices",
     "monte_carlo_work",
     "read_timings",
 ]
 
-#: Modal GPU prices in USD per second: the Modal executor plugin's table (third-party
-#: copy of Modal's price page, July 2026), so that the estimate and the plugin's cost
-#: guard price alike; the config key ``modal.prices_usd_per_s`` overrides or adds
-#: entries.
-MODAL_PRICES_USD_PER_S = dict(PRICES_USD_PER_S)
+#: What the estimate says of Modal where the Modal executor plugin is not installed
+#: (a local or SLURM-only install: `pip install -e .` alone).
+MODAL_PLUGIN_MISSING = (
+    "not estimated: the Modal executor plugin is not installed (pip install -e "
+    "./plugins/snakemake-executor-plugin-modal)"
+)
+
+
+def modal_prices() -> dict[str, float] | None:
+    """
+    Modal GPU prices in USD per second: the Modal executor plugin's table
+    (``snakemake_executor_plugin_modal.prices.PRICES_USD_PER_S``, a third-party copy of
+    Modal's price page with its date), so that the estimate and the plugin's cost
+    guard price alike; the config key ``modal.prices_usd_per_s`` overrides or adds
+    entries. None where the plugin is not installed: it is imported only here, when a
+    Modal price is asked for.
+    """
+    try:
+        from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
+    except ModuleNotFoundError:
+        return None
+    return dict(PRICES_USD_PER_S)
+
+
 #: Seconds per image with the paper's estimator settings: an RTX 5090-class local GPU
 #: (upstream's figure), an A100 on Modal (the paper's), a 32-core CPU (upstream's).
 DEFAULT_SECONDS_PER_IMAGE = {"gpu": 15.0, "modal": 30.0, "cpu": 885.0}
@@ -143,7 +161,7 @@ def estimate_cost(
     The estimate of `images_left` per-image computations on `workers` workers.
 
     `startups` defaults to one per worker (warm workers); `gpu` is looked up in `prices`
-    (default `MODAL_PRICES_USD_PER_S`). Example (the old helper's known case): 4 x 200
+    (default `modal_prices`). Example (the old helper's known case): 4 x 200
     images, 10 workers, 30 s per image, 15 s start-up, A100-80GB: 24,150 GPU-seconds,
     2,415 s wall-clock, 16.76 USD.
 
@@ -156,7 +174,7 @@ def estimate_cost(
         raise ValueError(f"workers = {workers}: at least 1 is needed")
     if seconds_per_image < 0 or startup_s < 0:
         raise ValueError("seconds per image and start-up seconds must be >= 0")
-    table = MODAL_PRICES_USD_PER_S if prices is None else prices
+    table = (modal_prices() or {}) if prices is None else prices
     return CostEstimate(
         images_left=images_left,
         workers=min(workers, max(images_left, 1)),
@@ -182,6 +200,10 @@ def gpu_price(gpu: str, prices: dict[str, float]) -> float | None:
     float or None
         None if the specification is malformed or a type is not in `prices`.
     """
+    try:
+        from snakemake_executor_plugin_modal.prices import parse_gpu
+    except ModuleNotFoundError:  # no plugin: no price (`MODAL_PLUGIN_MISSING`)
+        return None
     try:
         request = parse_gpu(gpu)
     except ValueError:
@@ -316,7 +338,7 @@ def budget_problem(estimate: CostEstimate, max_cost_usd: float) -> str | None:
     if estimate.cost_usd is None:
         return (
             f"budget: the price of Modal GPU {estimate.gpu!r} is unknown (known: "
-            f"{', '.join(sorted(MODAL_PRICES_USD_PER_S))}); add it to the config key "
+            f"{', '.join(sorted(modal_prices() or {}))}); add it to the config key "
             "modal.prices_usd_per_s to estimate the cost"
         )
     if estimate.cost_usd > max_cost_usd:

@@ -20,13 +20,14 @@ from ..settings.names import CEILING_ROW
 from .cost import (
     DEFAULT_STARTUP_S,
     ENGINE_SECONDS_PER_IMAGE,
-    MODAL_PRICES_USD_PER_S,
+    MODAL_PLUGIN_MISSING,
     PAPER_MC_WORK,
     CostEstimate,
     budget_problem,
     estimate_cost,
     format_duration,
     measured_seconds_per_image,
+    modal_prices,
     monte_carlo_work,
     read_timings,
 )
@@ -217,7 +218,7 @@ def modal_estimate(
     on the same GPU type when there are some; `pending` as for `run_estimates`.
     """
     modal = scenario.modal
-    prices = {**MODAL_PRICES_USD_PER_S, **modal["prices_usd_per_s"]}
+    prices = {**(modal_prices() or {}), **modal["prices_usd_per_s"]}
     gpu = modal["gpu"]
     left = sum(total - n for n, total in done.values())
     spi, source = (
@@ -284,6 +285,8 @@ def estimate_lines(
         f"    device-seconds {local.device_seconds:,.0f}; wall-clock "
         f"{format_duration(local.wall_seconds)}",
     ]
+    if modal_prices() is None:  # a local or SLURM-only install
+        return [*lines, f"  on Modal: {MODAL_PLUGIN_MISSING}"]
     price = modal.price_usd_per_s
     cost = "unknown price" if modal.cost_usd is None else f"{modal.cost_usd:.2f} USD"
     lines += [

@@ -575,16 +575,12 @@ def plan_for_run(
     shards_setting,
     remote_exec: bool,
     planned: list | None = None,
-    executor: str | None = "slurm",
+    executor: str = "slurm",
 ) -> SlurmPlan | None:
     """
-    The `SlurmPlan` of a run for SLURM, or None for any other run: one with
-    ``--executor slurm`` (a profile's ``executor: slurm``), planned on the login node
-    (inside an allocation, nothing is planned). Where the executor is not known
-    (None: Snakemake's Python API; ``dryrun``: the dry run of Snakemake 9.19 names
-    only its dry-run executor), a run whose per-image jobs ask SLURM resources
-    (``slurm_*`` in ``set-resources`` for estimate_image or in
-    ``default-resources``) counts as one.
+    The `SlurmPlan` of a run for SLURM, or None for any other run: one whose executor
+    is ``slurm`` (`multigeom_workflow.on_snakemake.run.executor_in_use`, the one
+    answer), planned on the login node (inside an allocation, nothing is planned).
 
     Parameters
     ----------
@@ -599,18 +595,10 @@ def plan_for_run(
         Snakemake's ``workflow.remote_exec`` (True inside an allocation).
     planned : list, optional
         As for `slurm_plan`: Snakemake's plan (the dry run's estimate).
-    executor : str or None
-        The executor in use
-        (`multigeom_workflow.snakemake_adapter.executor_from_command_line`).
+    executor : str
+        The executor in use (`multigeom_workflow.on_snakemake.run.executor_in_use`).
     """
-    own = given.per_rule.get(ESTIMATE_RULE, {})
-    default = given.default
-    asked = [*own, *default]
-    if remote_exec:
-        return None
-    if executor not in ("slurm", None, "dryrun"):
-        return None
-    if executor != "slurm" and not any(name.startswith("slurm_") for name in asked):
+    if remote_exec or executor != "slurm":
         return None
     cap = given.of_rule(ESTIMATE_RULE, CAP_RESOURCE)
     try:

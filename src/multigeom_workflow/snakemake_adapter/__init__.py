@@ -19,7 +19,7 @@ Three kinds of use:
 
 - reading the run: `facts`, `given_resources`, `executor_from_command_line`,
   `inspection_only`, `read_config_file`, `read_config_values`,
-  `executor_name`, `slurm_status_command`, `submit_dir`, `resources_in_force`,
+  `slurm_status_command`, `submit_dir`, `resources_in_force`,
   `planned_jobs`, `when_plan_built`;
 - acting on it: `share_group_name` (shard groups), `limit_local_gpus`,
   `read_recorded_params_as` (older runs' params records read in canonical form),
@@ -50,7 +50,6 @@ from .reading import (
     Facts,
     GivenResources,
     executor_from_command_line,
-    executor_name,
     facts,
     given_resources,
     inspection_only,
@@ -87,7 +86,6 @@ __all__ = [
     "GivenResources",
     "InternalChanged",
     "executor_from_command_line",
-    "executor_name",
     "facts",
     "fewer_collections",
     "given_resources",
@@ -140,7 +138,6 @@ INTERNALS = {
     "workflow.scheduler.global_resources": "the gpu limit of a local run",
     "workflow.scheduler.resources": "the same limit, as the scheduler counts it",
     "workflow.executor_settings.status_command": "the SLURM plugin's status query",
-    "workflow.executor_plugin": "the executor in use, at onstart",
     "workflow.workdir_init": "the working directory the SLURM plugin submits from",
     "workflow.dag.needrun_jobs": "the per-image jobs Snakemake will run",
     "job.rule.name, job.wildcards": "a planned job's rule and wildcards",

@@ -244,13 +244,6 @@ def read_config_values(entries: list[str]) -> dict:
     return parse(entries)
 
 
-def executor_name(workflow) -> str | None:
-    """The executor plugin's name (``local``, ``slurm``, ``modal``, ...), once
-    Snakemake has chosen it (at ``onstart``); None before.
-    """
-    return getattr(getattr(workflow, "executor_plugin", None), "name", None)
-
-
 def slurm_status_command(workflow) -> str | None:
     """The SLURM plugin's ``--slurm-status-command`` (None: its default, sacct)."""
     return getattr(workflow.executor_settings, "status_command", None)
