@@ -28,6 +28,11 @@ DEMO = config["demo"]
 # estimate of the first `noise_ceiling_images` images of every configuration, other
 # seeds) and, for the demo's synthetic areas, the ground truth and the fit reports.
 CEILING_IMAGES = SCENARIO.ceiling_images  # config key noise_ceiling_images
+# The eigenvectors as pictures (rules/figures.smk): the first `eigenvector_images` test
+# images (at most n_images, so that a smaller n_images needs no second change), the top
+# EIGENVECTORS_DRAWN eigenvectors of each matrix (at most top_k).
+EIGENVECTOR_IMAGES = min(int(config["eigenvector_images"]), SCENARIO.n_images)
+EIGENVECTORS_DRAWN = min(3, SCENARIO.top_k)
 DEMO_CONFIGS = [c for c in SCENARIO.configurations if c.is_demo]
 # The settings as rules record them (params): in canonical form (keys sorted, numbers
 # normalized, the estimator's defaults filled in and its device left out:
@@ -134,10 +139,15 @@ def get_truth_files():
 
 
 def get_science_outputs():
-    """The reference targets of the run (added to rule all's)."""
+    """
+    The reference targets of the run (added to rule all's), and the eigenvectors as
+    pictures (drawn with one configuration too).
+    """
     out = []
     if CEILING_IMAGES:
         out.append(LAYOUT.noise_ceiling)
+    if EIGENVECTOR_IMAGES:  # rules/figures.smk: needs no comparison
+        out += [LAYOUT.result("eigenvectors.png"), LAYOUT.result("eigenvectors.pdf")]
     if DEMO_CONFIGS:
         out += [
             LAYOUT.conditioning_report(c.encoder, c.area)

@@ -22,3 +22,46 @@ rule plot_fig4de:
         "logs/benchmarks/plot_fig4de/run.tsv"
     script:
         "../scripts/plot_fig4de.py"
+
+
+# The top eigenvectors of G(x) and J(x) as 64x64 images, for the first
+# `eigenvector_images` test images of every configuration, with the noise ceiling's
+# second estimate of G(x) where there is one. Its inputs are exactly the per-image files
+# it reads, so that it reruns only when one of them changes.
+
+
+rule plot_eigenvectors:
+    localrule: True
+    input:
+        first=[
+            SCENARIO.per_image_file(c.encoder, c.area, i)
+            for i in range(EIGENVECTOR_IMAGES)
+            for c in SCENARIO.configurations
+        ],
+        **(
+            {
+                "second": [
+                    SCENARIO.ceiling_file(c.encoder, c.area, i)
+                    for i in range(min(EIGENVECTOR_IMAGES, CEILING_IMAGES))
+                    for c in SCENARIO.configurations
+                ]
+            }
+            if min(EIGENVECTOR_IMAGES, CEILING_IMAGES)
+            else {}
+        ),
+    output:
+        png=report(
+            LAYOUT.result("eigenvectors.png"),
+            caption="../report/eigenvectors.rst",
+            category="Figure",
+            labels={"figure": "Eigenvectors"},
+        ),
+        pdf=LAYOUT.result("eigenvectors.pdf"),
+    params:
+        n_vectors=EIGENVECTORS_DRAWN,  # per matrix (G, its second estimate, J)
+    log:
+        "logs/plot_eigenvectors.log",
+    benchmark:
+        "logs/benchmarks/plot_eigenvectors/run.tsv"
+    script:
+        "../scripts/plot_eigenvectors.py"
