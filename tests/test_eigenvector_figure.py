@@ -5,9 +5,13 @@ results with known eigenvectors, read back from the figure's images.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
+import yaml
+from conftest import REPO, TINY_CONFIG, run_snakemake
 
 from multigeom_workflow.results.eigenvectors import (
     align_signs,
@@ -17,6 +21,7 @@ from multigeom_workflow.results.eigenvectors import (
     read_per_image_files,
 )
 from multigeom_workflow.results.figure import save_figure
+from multigeom_workflow.scenario import ConfigError, validated_scenario
 
 K, P = 4, 64 * 64
 CONFIGS = (("onoff", "complex"), ("smallcnn", "complex"))
@@ -181,3 +186,59 @@ def test_bad_input_is_named(runs):
         match=r"J_eigenvectors of smallcnn/complex image 0 has shape \(4, 100\)",
     ):
         plot_eigenvectors([first[0], short])
+
+
+def dag_inputs(workdir, *config: str) -> list[str] | None:
+    """
+    The jobs whose outputs rule plot_eigenvectors reads in the reduced demo's DAG
+    (``snakemake --dag``, Graphviz text: nodes ``N[label = "rule\\nwildcard: v"...]``,
+    edges ``A -> B``), as their labels; None when the rule is not in the DAG.
+    """
+    result = run_snakemake(workdir, "--dag", "--config", *config)
+    assert result.returncode == 0, result.stderr[-2000:]
+    labels = dict(re.findall(r'^\t(\d+)\[label = "([^"]*)"', result.stdout, re.M))
+    plots = [n for n, label in labels.items() if label == "plot_eigenvectors"]
+    if not plots:
+        return None
+    (plot,) = plots
+    edges = re.findall(r"^\t(\d+) -> (\d+)", result.stdout, re.M)
+    return sorted(labels[a].replace("\\n", " ") for a, b in edges if b == plot)
+
+
+def test_rule_reads_only_the_images_it_draws(tmp_path):
+    # the first image of each of the 4 configurations, and its second estimate: not
+    # image 1, not the check of all per-image files (so it reruns only when one of
+    # these changes)
+    assert (
+        dag_inputs(tmp_path, "eigenvector_images=1")
+        == ["estimate_image index: 0000"] * 4
+        + ["estimate_image_ceiling index: 0000"] * 4
+    )
+    # more images than the run has: all of them (here 1), no ceiling when it has none
+    assert (
+        dag_inputs(
+            tmp_path, "n_images=1", "noise_ceiling_images=0", "eigenvector_images=5"
+        )
+        == ["estimate_image index: 0000"] * 4
+    )
+    assert dag_inputs(tmp_path, "eigenvector_images=0") is None
+
+
+@pytest.mark.parametrize("value", [11, -1, "two"])
+def test_bad_eigenvector_images_is_one_line(value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["eigenvector_images"] = value
+    with pytest.raises(ConfigError) as err:
+        validated_scenario(config, REPO)
+    assert str(err.value) == (
+        f"config key 'eigenvector_images' = {value!r}: not allowed; allowed: an "
+        "integer >= 0 and <= 10"
+    )
+
+
+def test_eigenvector_images_defaults_to_two(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    validated_scenario(config, REPO)
+    assert config["eigenvector_images"] == 2

@@ -38,6 +38,7 @@ def test_dry_run_plans_the_paper_without_network(tmp_path):
         "align_ceiling": 1,
         "align_configs": 1,
         "plot_fig4de": 1,
+        "plot_eigenvectors": 1,  # eigenvector_images: its first 2 images
         "summarize_run": 1,
         "all": 1,
     }

@@ -88,6 +88,7 @@ def demo_report(tiny_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "report.html"
     watched = [
         tiny_run / "results" / "fig4de.png",
+        tiny_run / "results" / "eigenvectors.png",
         *tiny_run.glob("runs/per_image/*/*/*.pt"),
     ]
     before = {f: f.stat().st_mtime_ns for f in watched}
@@ -107,6 +108,17 @@ def test_report_holds_the_figure_with_its_caption(demo_report):
     assert "chance k/P" in figure["caption"]
     assert "noise ceiling" in figure["caption"]
     assert "over the\n2 test images" in figure["caption"]  # n_images, from the config
+
+
+def test_report_holds_the_eigenvector_pictures_with_their_caption(demo_report):
+    html, run = demo_report
+    figure = report_results(html)["results/eigenvectors.png"]
+    assert figure["mime_type"] == "image/png"
+    assert data_of(figure) == (run / "results" / "eigenvectors.png").read_bytes()
+    caption = figure["caption"]
+    # eigenvector_images (2) and noise_ceiling_images (1), from the config
+    assert "(2 of them)" in caption and "for the first 1 of the run" in caption
+    assert "G 2nd" in caption and "near-degenerate" in caption
 
 
 def test_report_holds_the_metrics_table(demo_report):

@@ -78,6 +78,12 @@ def test_stage5_and_figure_are_written(tiny_run):
     png = (tiny_run / "results" / "fig4de.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 20_000
     assert (tiny_run / "results" / "fig4de.pdf").read_bytes().startswith(b"%PDF")
+    # the eigenvectors as pictures (eigenvector_images: 2 by default, both images)
+    png = (tiny_run / "results" / "eigenvectors.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 20_000
+    pdf = tiny_run / "results" / "eigenvectors.pdf"
+    assert pdf.read_bytes().startswith(b"%PDF")
+    assert (tiny_run / "logs" / "plot_eigenvectors.log").is_file()
     for rule in (
         "estimate_image/onoff/complex/img0000",
         "train_demo_diffusion/onoff/complex",
@@ -116,15 +122,17 @@ def test_resume_recomputes_only_the_deleted_image(tiny_copy):
     assert dry.returncode == 0, dry.stderr
     jobs = planned_jobs(dry)
     assert jobs["estimate_image"] == 1
-    # Stage 5, the figure, the report's tables, and the alignments with the ground
-    # truth and the noise ceiling (after the per-image check); the ceiling's second
-    # estimate (image 0 only) is not redone.
+    # Stage 5, the figure, the report's tables, the alignments with the ground
+    # truth and the noise ceiling (after the per-image check), and the eigenvector
+    # pictures (image 1 is among them); the ceiling's second estimate (image 0 only)
+    # is not redone.
     assert set(jobs) == {
         "estimate_image",
         "verify_per_image_files",
         "align_ceiling",
         "align_configs",
         "plot_fig4de",
+        "plot_eigenvectors",
         "summarize_run",
         "align_truth",
         "plot_ground_truth",
