@@ -10,6 +10,7 @@ in one line and plans with Snakemake's own behaviour.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -146,7 +147,8 @@ def test_a_run_with_changed_internals_says_so_and_plans_as_snakemake_does(
     assert result.returncode == 0, result.stderr[-3000:]
     text = result.stdout + result.stderr
     said = [line for line in text.splitlines() if "so the workflow leaves it" in line]
-    names = sorted(line.split(": ", 1)[1].split(" ", 1)[0] for line in said)
+    names = sorted(re.search(r"Snakemake \S+: (\S+) ", line)[1] for line in said)
+    assert all(line.startswith("warning: Snakemake ") for line in said), said
     assert names == [
         "snakemake.io._IOFile.exists_local",
         "snakemake.persistence.PersistenceBase.params",
