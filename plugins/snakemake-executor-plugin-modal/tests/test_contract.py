@@ -60,7 +60,11 @@ CALLS = [
     ("Volume.remove_file", ("self", "prefix/a.txt"), {}),
     ("Volume.hydrate", ("self",), {}),
     ("volume.VolumeUploadContextManager.put_file", ("self", "a", "/b"), {}),
-    ("App.function", ("self",), dict(image=None, gpu="T4", timeout=60, volumes={})),
+    (
+        "App.function",
+        ("self",),
+        dict(image=None, gpu="T4", timeout=60, volumes={}, startup_timeout=120),
+    ),
     ("config.config.get", ("token_id",), {}),
 ]
 ATTRIBUTES = [
@@ -472,3 +476,40 @@ def test_volume_names_are_checked_by_modals_rule(name):
     from snakemake_executor_plugin_modal.preflight import valid_object_name
 
     assert valid_object_name(name) == is_valid_object_name(name)
+
+
+def test_without_a_startup_timeout_modal_allows_the_whole_timeout(real_client):
+    """modal 1.6.4 (``modal/app.py``, ``App.function``) declares a function's
+    ``startup_timeout`` as ``startup_timeout or timeout``: the plugin must declare it,
+    or a container may spend its whole timeout starting, billed beyond what the
+    budget holds (timeout + ``--modal-startup-seconds``)."""
+    source = inspect.getsource(real_client.App.function)
+    assert "startup_timeout=startup_timeout or timeout" in source
+    assert "startup_timeout" not in _parameters(real_client.Function.with_options)
+
+
+def test_every_function_declares_the_startup_the_budget_holds(fake_modal):
+    """Each function of the run's app (CPU, GPU, fallback lists) is declared with
+    ``startup_timeout`` = ``--modal-startup-seconds``, the start-up its ledger keeps
+    aside beyond the timeout."""
+    from snakemake_executor_plugin_modal.calls import RunApp
+    from snakemake_executor_plugin_modal.prices import parse_gpu
+
+    volume = fake_modal.Volume.from_name("startup-test", create_if_missing=True)
+    image = fake_modal.Image.debian_slim()
+    app = RunApp(
+        "startup-test",
+        image,
+        volume,
+        3600,
+        parse_gpu("A100-80GB"),
+        fallback_gpus=[parse_gpu("H100,A100-80GB")],
+        startup_timeout_s=240,
+    )
+    try:
+        functions = [app.cpu_function, *app.gpu_functions.values()]
+        assert len(functions) == 3
+        assert [f._opts["startup_timeout"] for f in functions] == [240, 240, 240]
+        assert [f._opts["timeout"] for f in functions] == [3600, 3600, 3600]
+    finally:
+        app.stop(warn=lambda line: None)

@@ -115,9 +115,11 @@ class ExecutorSettings(ExecutorSettingsBase):
     startup_seconds: int = field(
         default=120,
         metadata={
-            "help": "--modal-startup-seconds: seconds of a container's life that the "
-            "budget keeps aside beyond its timeout (the image's start before the "
-            "timeout counts, and the status check that sees its end).",
+            "help": "--modal-startup-seconds: the most seconds a container may take "
+            "to start (declared as Modal's startup_timeout: a container that takes "
+            "longer fails, and its job with it), and what the budget keeps aside "
+            "beyond each call's timeout (with the status check that sees its end). "
+            "Raise it where a large image starts slowly.",
         },
     )
     pip: Optional[List[str]] = field(
@@ -240,6 +242,7 @@ class Executor(RemoteExecutor):
             self.default_gpu,
             secrets=[modal.Secret.from_dict(env)] if env else [],
             fallback_gpus=self.planned_fallback_gpus(),
+            startup_timeout_s=int(self.settings.startup_seconds),
         )
 
     def planned_fallback_gpus(self) -> list[GpuRequest]:

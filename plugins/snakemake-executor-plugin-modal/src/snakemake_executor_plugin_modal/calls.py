@@ -184,6 +184,13 @@ class RunApp:
     fallback_gpus : list of GpuRequest
         Other GPU fallback lists that jobs request (their ``modal_gpu`` resource):
         one function each, declared before the app starts.
+    startup_timeout_s : int or None
+        The most seconds a container may take to start (``--modal-startup-seconds``,
+        what the budget keeps aside beyond a call's timeout), declared with each
+        function as Modal's ``startup_timeout``: without it modal 1.6.4 sets
+        ``startup_timeout = timeout`` (``modal/app.py``, ``App.function``), so a
+        container could spend its whole timeout starting, billed beyond what the
+        ledger holds; ``with_options`` cannot change it.
 
     Raises
     ------
@@ -202,6 +209,7 @@ class RunApp:
         ephemeral_disk_mb: int | None = None,
         secrets: list | None = None,
         fallback_gpus: list[GpuRequest] | None = None,
+        startup_timeout_s: int | None = None,
     ):
         import modal
 
@@ -215,6 +223,8 @@ class RunApp:
             single_use_containers=True,
             secrets=list(secrets or []),
         )
+        if startup_timeout_s:
+            options["startup_timeout"] = int(startup_timeout_s)
         if ephemeral_disk_mb:
             options["ephemeral_disk"] = int(ephemeral_disk_mb)
         self.cpu_function = self.app.function(**options, name="run_job")(run_job)

@@ -522,6 +522,7 @@ class App:
         ephemeral_disk: int | None = None,
         name: str | None = None,
         single_use_containers: bool = False,
+        startup_timeout: int | None = None,
     ) -> Callable[[Callable], Function]:
         """Decorator turning a module-level function into a ``Function`` of this app."""
         volumes = dict(volumes or {})
@@ -547,6 +548,8 @@ class App:
             memory=memory,
             ephemeral_disk=ephemeral_disk,
             single_use_containers=single_use_containers,
+            # modal 1.6.4 (app.py, App.function): `startup_timeout or timeout`
+            startup_timeout=startup_timeout or timeout,
         )
         if self._running:
             raise InvalidError("cannot add a function to an app that is running")
