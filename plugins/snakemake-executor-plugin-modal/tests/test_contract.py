@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import snakemake_executor_plugin_modal
+from snakemake_executor_plugin_modal.preflight import OAUTH_SETTINGS
 
 PLUGIN = Path(snakemake_executor_plugin_modal.__file__).parent
 
@@ -513,3 +514,69 @@ def test_every_function_declares_the_startup_the_budget_holds(fake_modal):
         assert [f._opts["timeout"] for f in functions] == [3600, 3600, 3600]
     finally:
         app.stop(warn=lambda line: None)
+
+
+_CREDENTIAL_ENV = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", *OAUTH_SETTINGS.values())
+
+
+@pytest.mark.parametrize(
+    "given, problem",
+    [
+        ({"MODAL_TOKEN_ID": "ak-1", "MODAL_TOKEN_SECRET": "as-1"}, None),
+        (
+            {
+                "MODAL_OAUTH_REFRESH_TOKEN": "r",
+                "MODAL_OAUTH_CLIENT_ID": "c",
+                "MODAL_OAUTH_CLIENT_SECRET": "s",
+            },
+            None,
+        ),
+        (
+            {
+                "MODAL_OAUTH_REFRESH_TOKEN": "r",
+                "MODAL_OAUTH_CLIENT_ID": "c",
+                "MODAL_OAUTH_JWT_KEY": "k",
+            },
+            None,
+        ),
+        (
+            {"MODAL_OAUTH_REFRESH_TOKEN": "r"},
+            "Modal OAuth credentials are incomplete: MODAL_OAUTH_CLIENT_ID, "
+            "MODAL_OAUTH_CLIENT_SECRET or MODAL_OAUTH_JWT_KEY unset",
+        ),
+        (
+            {"MODAL_TOKEN_ID": "ak-1", "MODAL_OAUTH_CLIENT_ID": "c"},
+            "Modal credentials: a token",
+        ),
+        ({}, "no Modal credentials: run `modal token new`"),
+    ],
+)
+def test_credentials_as_the_real_client_reads_them(
+    real_client, monkeypatch, tmp_path, given, problem
+):
+    """Token or OAuth credentials, read by the installed client's ``config.get``
+    from the environment (no ``.modal.toml``: MODAL_CONFIG_PATH points nowhere)."""
+    import modal.config
+
+    from snakemake_executor_plugin_modal.preflight import credentials_problem
+
+    monkeypatch.setattr(modal.config, "_user_config", {})
+    for name in _CREDENTIAL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    found = credentials_problem()
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(problem), found
+
+
+def test_the_oauth_settings_are_the_real_clients(real_client):
+    """Each OAuth setting the plugin reads is one of the installed client's
+    (``modal.config._SETTINGS``), read from the variable it names."""
+    import modal.config
+
+    for name, env in OAUTH_SETTINGS.items():
+        assert name in modal.config._SETTINGS, name
+        assert env == f"MODAL_{name.upper()}"

@@ -24,6 +24,7 @@ from .image import check_python_version
 from .prices import PRICES_USD_PER_S, parse_gpu, price_per_second
 
 __all__ = [
+    "OAUTH_SETTINGS",
     "credentials_problem",
     "gpu_problem",
     "job_problems",
@@ -57,15 +58,59 @@ def known_gpu_types() -> list[str]:
     return sorted({*PRICES_USD_PER_S, *_ALIASES})
 
 
+#: Modal's OAuth settings (modal 1.6.4, ``modal/config.py``: read from
+#: ``MODAL_OAUTH_<NAME>`` or ``.modal.toml``), by the environment variable that gives
+#: each; a set is complete with the refresh token, the client id and the client
+#: secret or the JWT key.
+OAUTH_SETTINGS = {
+    "oauth_refresh_token": "MODAL_OAUTH_REFRESH_TOKEN",
+    "oauth_client_id": "MODAL_OAUTH_CLIENT_ID",
+    "oauth_client_secret": "MODAL_OAUTH_CLIENT_SECRET",
+    "oauth_jwt_key": "MODAL_OAUTH_JWT_KEY",
+}
+
+
 def credentials_problem() -> str | None:
-    """Why Modal's client has no token (``modal.config``), or None."""
+    """
+    Why Modal's client has no credentials it can use (``modal.config``), or None.
+    Modal takes either a token (``token_id`` and ``token_secret``: ``modal token
+    new``, ``MODAL_TOKEN_ID`` and ``MODAL_TOKEN_SECRET``) or an OAuth set
+    (`OAUTH_SETTINGS`), never both and never a part of one (modal 1.6.4,
+    ``modal/config.py``: its module docstring and ``_lookup_workspace``).
+    """
     from modal.config import config as modal_config
 
-    if modal_config.get("token_id") and modal_config.get("token_secret"):
+    def get(key: str):
+        try:
+            return modal_config.get(key)
+        except KeyError:  # a client without the setting
+            return None
+
+    token = [get("token_id"), get("token_secret")]
+    oauth = {name: get(name) for name in OAUTH_SETTINGS}
+    if any(token) and any(oauth.values()):
+        return (
+            "Modal credentials: a token (MODAL_TOKEN_ID, MODAL_TOKEN_SECRET or "
+            ".modal.toml) and OAuth settings (MODAL_OAUTH_*) are both set, and Modal "
+            "refuses both at once: unset one of them"
+        )
+    if any(oauth.values()):
+        missing = [
+            OAUTH_SETTINGS[name]
+            for name in ("oauth_refresh_token", "oauth_client_id")
+            if not oauth[name]
+        ]
+        if not (oauth["oauth_client_secret"] or oauth["oauth_jwt_key"]):
+            missing.append("MODAL_OAUTH_CLIENT_SECRET or MODAL_OAUTH_JWT_KEY")
+        if missing:
+            return f"Modal OAuth credentials are incomplete: {', '.join(missing)} unset"
+        return None
+    if all(token):
         return None
     return (
         "no Modal credentials: run `modal token new` once (or set MODAL_TOKEN_ID and "
-        "MODAL_TOKEN_SECRET), then start the run again"
+        "MODAL_TOKEN_SECRET, or Modal's OAuth settings MODAL_OAUTH_*), then start the "
+        "run again"
     )
 
 
