@@ -382,3 +382,36 @@ def test_a_mistyped_volume_is_said_not_counted_as_empty(tmp_path):
         text=True,
     )
     assert there.stdout.splitlines()[-1].split()[-3:] == ["0", "/", "8"], there.stderr
+
+
+def test_modal_check_gives_up_on_a_call_at_its_deadline():
+    """`modal-check` waits for its call at most its timeout, start-up and a margin:
+    a call whose end Modal never reports is cancelled then, not polled for ever."""
+    from multigeom_workflow.on_modal.check import wait_for_call
+
+    class Call:
+        polls, cancelled = 0, False
+
+        def poll(self):
+            self.polls += 1
+            return None
+
+        def cancel(self):
+            self.cancelled = True
+
+    now = [0.0]
+    call = Call()
+    outcome = wait_for_call(
+        call, 10, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0]
+    )
+    assert outcome is None and call.cancelled
+    assert call.polls == 11 and now[0] == 10  # once a second, then given up
+
+    class Ends(Call):
+        def poll(self):
+            self.polls += 1
+            return "ended" if self.polls == 3 else None
+
+    ends = Ends()
+    assert wait_for_call(ends, 10, sleep=lambda s: None) == "ended"
+    assert not ends.cancelled

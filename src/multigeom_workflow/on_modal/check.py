@@ -29,7 +29,23 @@ from pathlib import Path
 from ..settings.files import CHECKOUT_DIR
 from ..settings.load import load_config
 
-__all__ = ["CHECK_SNAKEFILE", "add_parser", "check_gpu", "main"]
+__all__ = [
+    "CHECK_SNAKEFILE",
+    "DEADLINE_MARGIN_S",
+    "STARTUP_S",
+    "add_parser",
+    "check_gpu",
+    "main",
+    "wait_for_call",
+]
+
+#: The most seconds the check's container may take to start (declared to Modal as
+#: the function's ``startup_timeout``; the plugin's ``--modal-startup-seconds``
+#: default).
+STARTUP_S = 120
+#: Seconds granted beyond the call's timeout and start-up before the check gives up
+#: on a call whose end Modal has not reported, and cancels it.
+DEADLINE_MARGIN_S = 60
 
 #: The one-job workflow the check's container runs (as it runs a shard's jobs).
 CHECK_SNAKEFILE = """\
@@ -188,7 +204,14 @@ def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> 
     failures = []
     t0 = time.monotonic()
     try:
-        app = RunApp("multigeom-modal-check", image, volume, timeout_s, gpu)
+        app = RunApp(
+            "multigeom-modal-check",
+            image,
+            volume,
+            timeout_s,
+            gpu,
+            startup_timeout_s=STARTUP_S,
+        )
     except WorkflowError as e:
         print(f"modal-check: {e}", file=sys.stderr)
         _remove(volume, prefix)
@@ -210,21 +233,26 @@ def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> 
     spawned_at = time.time()
     try:
         call = ContainerCall(app.spawn(spec, gpu, 1.0, None, timeout_s), gpu, timeout_s)
-        outcome = None
-        while outcome is None:
-            outcome = call.poll()
-            if outcome is None:
-                time.sleep(1)
+        deadline_s = timeout_s + STARTUP_S + DEADLINE_MARGIN_S
+        outcome = wait_for_call(call, deadline_s)
+        app_id = app.app_id
     finally:
         app.stop()
+    if outcome is None:
+        failures.append(
+            f"Modal had not reported the end of the GPU job {deadline_s} s after it "
+            f"was spawned (its timeout {timeout_s} s, start-up {STARTUP_S} s and "
+            f"{DEADLINE_MARGIN_S} s more): cancelled; Modal's dashboard shows app "
+            f"{app_id}"
+        )
     print(f"image build (or cache lookup) and app start: {built:.1f} s")
     print(
         f"GPU job on {','.join(gpu.types)}: {call.seconds:.1f} s wall-clock, about "
         f"{call.cost_usd:.4f} USD (at most {timeout_s * usd_per_s:.2f})"
     )
-    if outcome.result is not None:
+    if outcome is not None and outcome.result is not None:
         print(f"cold start: {outcome.result['started'] - spawned_at:.1f} s")
-    if not outcome.ok:
+    if outcome is not None and not outcome.ok:
         failures.append(f"the GPU job failed: {outcome.message}")
     stager.download(["answer.txt", CHECK_LOG], missing_ok=True)
     log = work / CHECK_LOG
@@ -250,6 +278,28 @@ def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> 
         tail = "\n".join(text.splitlines()[-30:])
         print(f"modal-check: last lines of the job's log:\n{tail}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def wait_for_call(call, deadline_s: float, sleep=time.sleep, clock=time.monotonic):
+    """
+    Poll `call` (the plugin's ``ContainerCall``) once a second until it ends, for at
+    most `deadline_s` seconds; a call still not ended then is cancelled
+    (``ContainerCall.cancel``, which also counts its seconds up to then).
+
+    Returns
+    -------
+    Outcome or None
+        The call's outcome, or None when it was given up at the deadline.
+    """
+    end = clock() + deadline_s
+    while True:
+        outcome = call.poll()
+        if outcome is not None:
+            return outcome
+        if clock() >= end:
+            call.cancel()
+            return None
+        sleep(1)
 
 
 def _remove(volume, prefix: str) -> None:
