@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -256,3 +257,41 @@ def test_existing_files_lists_folders_and_leaves_out_dangling_links(tmp_path):
     files.append(tmp_path / "per_image" / "e" / "b" / "img0000.pt")  # no folder
     assert existing_files(files) == [real]
     assert read_timings(files) == []  # `real` is not a per-image dict: no timing
+
+
+def test_shards_at_once_under_the_budget_closed_form():
+    """The Modal plugin's guard starts a shard when its worst case, price x (time
+    limit + start-up), fits beside those running: 125-minute shards on A100-80GB
+    (0.000694 USD/s) hold 0.000694 x 7,620 = 5.28828 USD each."""
+    from multigeom_workflow.planning.plan import concurrency_line, shards_at_once
+
+    n, worst = shards_at_once([125] * 10, 0.000694, 30.0)
+    assert n == 5 and worst == pytest.approx([5.28828] * 10)
+    assert shards_at_once([125] * 10, 0.000694, 52.9)[0] == 10
+    assert shards_at_once([125] * 3, None, 0.0)[0] == 3  # unknown price: not held
+    line = concurrency_line([125] * 10, 0.000694, 30.0)
+    assert line.startswith(
+        "warning: modal.max_cost_usd = 30.00 USD holds the worst case of 5 of the 10 "
+        "shards at once"
+    )
+    assert "52.88 USD lets every shard start at once" in line
+    assert concurrency_line([125] * 10, 0.000694, 60.0) is None
+
+
+def test_the_paper_s_budget_starts_every_shard_at_once():
+    """config/paper.yaml on Modal (10 shards, the modal profile's jobs): every
+    shard's worst case fits in its budget at once, as the plugin's guard holds it."""
+    from multigeom_workflow.planning.cost import gpu_price, modal_prices
+    from multigeom_workflow.planning.plan import shards_at_once
+    from multigeom_workflow.planning.slurm import modal_plan
+    from multigeom_workflow.scenario.load import validated_scenario
+    from multigeom_workflow.settings.load import load_config
+
+    repo = Path(__file__).resolve().parents[1]
+    files = [str(repo / "config" / "config.yaml"), str(repo / "config" / "paper.yaml")]
+    scenario = validated_scenario(load_config(files, [], repo), repo, remote=True)
+    plan = modal_plan(scenario, 10)
+    price = gpu_price(scenario.modal["gpu"], modal_prices())
+    n, worst = shards_at_once(plan.limits, price, scenario.modal["max_cost_usd"])
+    assert len(plan.shards) == 10 and n == 10
+    assert sum(worst) <= scenario.modal["max_cost_usd"] < 2 * sum(worst)

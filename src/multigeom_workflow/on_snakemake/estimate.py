@@ -19,16 +19,18 @@ from .. import snakemake_adapter as adapter
 from ..planning.live_view import set_plan
 from ..planning.plan import (
     add_progress,
+    concurrency_line,
     estimate_lines,
     plan_counts,
     planned_files,
     progress,
     run_estimates,
 )
-from ..planning.slurm import plan_for_run, shard_request
+from ..planning.shards import num_shards
+from ..planning.slurm import modal_plan, plan_for_run, shard_request
 from ..settings.layout import Computation
 from ..settings.names import ESTIMATE_RULE, PER_IMAGE_RULES
-from .run import Run, say
+from .run import Run, modal_startup_seconds, say
 
 __all__ = [
     "PLAN_FILE_ENV",
@@ -99,13 +101,23 @@ def estimate_text(workflow, run: Run, planned) -> list[str]:
     """The lines a dry run prints: the estimate of the plan, and SLURM's."""
     done, ceiling, pending, local, modal, why = estimates_of_plan(run, planned)
     lines = estimate_lines(run.scenario, done, ceiling, local, modal, why)
+    jobs = {}
+    for c in planned:
+        jobs[(c.configuration, c.index)] = jobs.get((c.configuration, c.index), 0) + 1
+    computations = [(config, i, jobs[(config, i)]) for config, i in pending]
+    if run.on_modal and computations:  # the shards of Snakemake's plan, at once?
+        shards = modal_plan(
+            run.scenario, num_shards(run.shards_setting, run.facts.nodes)
+        ).replanned(computations)
+        line = concurrency_line(
+            shards.limits,
+            modal.price_usd_per_s,
+            float(run.scenario.modal["max_cost_usd"]),
+            modal_startup_seconds(),
+        )
+        if line:
+            lines.append(line)
     if run.slurm:  # the shards of Snakemake's plan
-        jobs = {}
-        for c in planned:
-            jobs[(c.configuration, c.index)] = (
-                jobs.get((c.configuration, c.index), 0) + 1
-            )
-        computations = [(config, i, jobs[(config, i)]) for config, i in pending]
         if run.slurm.shards:  # its timings and MaxTime read once, at parse
             slurm = run.slurm.replanned(computations)
         else:

@@ -15,7 +15,14 @@ from ..settings.layout import Computation
 from ..settings.names import ESTIMATE_RULE
 from ..snakemake_adapter import Facts, GivenResources
 
-__all__ = ["SLURM_JOBSTEP", "Run", "executor_in_use", "modal_requested", "say"]
+__all__ = [
+    "SLURM_JOBSTEP",
+    "Run",
+    "executor_in_use",
+    "modal_requested",
+    "modal_startup_seconds",
+    "say",
+]
 
 #: The executor a SLURM allocation's own Snakemake runs its jobs with.
 SLURM_JOBSTEP = "slurm-jobstep"
@@ -32,6 +39,16 @@ def modal_requested() -> bool:
     """
     preflight = sys.modules.get(MODAL_PREFLIGHT)
     return preflight is not None and preflight.requested_settings() is not None
+
+
+def modal_startup_seconds() -> float:
+    """The start-up the Modal plugin's budget holds beyond each timeout
+    (``--modal-startup-seconds`` as Snakemake made its settings; 120 s, the
+    plugin's default, where it made none).
+    """
+    preflight = sys.modules.get(MODAL_PREFLIGHT)
+    settings = preflight.requested_settings() if preflight is not None else None
+    return float(getattr(settings, "startup_seconds", None) or 120)
 
 
 def executor_in_use(command_line: str | None, given: GivenResources) -> str:

@@ -42,7 +42,9 @@ __all__ = [
     "estimate_lines",
     "count_startups",
     "local_workers",
+    "concurrency_line",
     "modal_estimate",
+    "shards_at_once",
     "pending_images",
     "progress",
     "run_estimates",
@@ -304,6 +306,70 @@ def estimate_lines(
     if problem:
         lines.append(f"warning: {problem}: a run on Modal would refuse to start")
     return lines
+
+
+def shards_at_once(
+    limits_min: list[int],
+    usd_per_s: float | None,
+    max_cost_usd: float,
+    startup_s: float = 120.0,
+) -> tuple[int, list[float]]:
+    """
+    How many shards of a run on Modal start at once under the budget: the Modal
+    plugin's budget guard starts a shard only if its worst case (the GPU's price x
+    (its time limit + the start-up, ``--modal-startup-seconds``)) fits beside the
+    worst cases of those running (`snakemake_executor_plugin_modal.calls.Ledger`,
+    ``worst_case`` and ``admit``), in the order they are submitted.
+
+    Parameters
+    ----------
+    limits_min : list of int
+        Per shard, its time limit in minutes (the container's timeout).
+    usd_per_s : float or None
+        The GPU's price, USD per second; None: unknown (every shard counted).
+    max_cost_usd : float
+        Config key ``modal.max_cost_usd``.
+    startup_s : float
+        Seconds of start-up the budget holds beyond each timeout.
+
+    Returns
+    -------
+    tuple of (int, list of float)
+        The shards that start at once, and each shard's worst case in USD.
+    """
+    if usd_per_s is None:
+        return len(limits_min), [0.0] * len(limits_min)
+    worst = [usd_per_s * (60.0 * m + startup_s) for m in limits_min]
+    held, n = 0.0, 0
+    for w in worst:
+        if held + w > max_cost_usd:
+            break
+        held, n = held + w, n + 1
+    return n, worst
+
+
+def concurrency_line(
+    limits_min: list[int],
+    usd_per_s: float | None,
+    max_cost_usd: float,
+    startup_s: float = 120.0,
+) -> str | None:
+    """
+    One warning line when the budget does not let every shard start at once
+    (`shards_at_once`): how many do, each shard's worst case, the sum that would
+    let all start; None when all start.
+    """
+    n, worst = shards_at_once(limits_min, usd_per_s, max_cost_usd, startup_s)
+    if n >= len(limits_min):
+        return None
+    return (
+        f"warning: modal.max_cost_usd = {max_cost_usd:.2f} USD holds the worst case "
+        f"of {n} of the {len(limits_min)} shards at once (each shard's GPU price x "
+        f"(its time limit + {startup_s:g} s start-up): up to {max(worst):.2f} USD), "
+        "so the others start only as running ones end and the wall-clock above is "
+        f"longer; {sum(worst):.2f} USD lets every shard start at once (what a run "
+        "spends is its cost above)"
+    )
 
 
 def plan_counts(
