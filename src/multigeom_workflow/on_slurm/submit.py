@@ -42,10 +42,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from .queries import word
-from .status import LIVE_STATES
 
 __all__ = [
     "LOST_REPLY_WAITS",
+    "WILL_RUN",
     "Submissions",
     "as_script",
     "install",
@@ -56,6 +56,22 @@ __all__ = [
 #: Seconds to wait before each look for a job whose sbatch reported a failure: the
 #: controller may register a submission whose reply timed out a little later.
 LOST_REPLY_WAITS = (0.0, 2.0, 4.0)
+#: States of a job that SLURM runs or will run (squeue's codes, squeue(1) "JOB STATE
+#: CODES"): a submission found in one computes the shard; one ending (COMPLETING,
+#: after a time limit or a failure the plugin saw) does not.
+WILL_RUN = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "SUSPENDED",
+        "RESIZING",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "SPECIAL_EXIT",
+    }
+)
 
 
 def submission_key(call: str) -> tuple[str, str] | None:
@@ -271,18 +287,24 @@ class Submissions:
         return out, err, proc.returncode, None
 
     def _orphan(self, key: tuple[str, str], waits: Sequence[float]) -> str | None:
-        """The id of a job SLURM queues or runs with this run's name and the shard's
-        comment (the oldest), looked for after each of `waits`; None if none.
+        """The id of a job with this run's name and the shard's comment that SLURM
+        runs or will run (`WILL_RUN`) and that no submission handed the plugin yet
+        (one it had is one it ended: a retry is not it), the oldest, looked for after
+        each of `waits`; None if none.
         """
         name, comment = key
         for wait in waits:
             if wait:
                 self.sleep(wait)
             jobs = self.jobs_named(name) or []
+            handed = self.submitted_ids()
             ids = sorted(
                 (int(job), job)
                 for job, state, given in jobs
-                if job.isdigit() and given == comment and word(state) in LIVE_STATES
+                if job.isdigit()
+                and job not in handed
+                and given == comment
+                and word(state) in WILL_RUN
             )
             if ids:
                 with self._lock:
