@@ -600,3 +600,99 @@ def test_the_logs_hint_names_the_app_id(tmp_path):
     job_info = types.SimpleNamespace(aux={"spec": {"log": ".snakemake/modal/j.log"}})
     text = Executor.log_report(executor, job_info, Outcome(False))
     assert "`modal app logs ap-1a2b3c`" in text
+
+
+def test_a_sync_that_fails_once_never_ends_the_later_syncs():
+    """``Volume.commit`` refused once (a conflict, a transient error): one line, and
+    the next periodic sync is made as planned (before: the syncing thread ended,
+    and every image finished after it was lost to a later timeout or preemption)."""
+    import threading
+
+    from snakemake_executor_plugin_modal.container import sync_until
+
+    done, calls, said = threading.Event(), [], []
+
+    def sync():
+        calls.append(len(calls))
+        if len(calls) == 2:
+            raise OSError("volume commit conflict")
+        if len(calls) == 5:
+            done.set()
+
+    failed = sync_until(done, 0.001, sync, say=lambda line, **kw: said.append(line))
+    assert failed == 1 and len(calls) == 5
+    assert said == [
+        "modal: a periodic sync of finished outputs failed (OSError: volume commit "
+        "conflict); trying again in 0.001 s"
+    ]
+
+
+def test_part_files_are_found_with_one_listing_per_folder(tmp_path, monkeypatch):
+    from snakemake_executor_plugin_modal import container
+    from snakemake_executor_plugin_modal.container import PART, remove_parts
+
+    folder = tmp_path / "runs" / "per_image"
+    folder.mkdir(parents=True)
+    outputs = [f"runs/per_image/img{i:04d}.pt" for i in range(50)]
+    parts = [f".img0003.pt{PART}ab12", f".img0049.pt{PART}cd34"]
+    kept = ["img0003.pt", f".img0100.pt{PART}ef56", f".img0003.ptx{PART}x"]
+    for name in [*parts, *kept]:
+        (folder / name).write_text("x")
+    listed = []
+    real = os.listdir
+    monkeypatch.setattr(container.os, "listdir", lambda p: listed.append(p) or real(p))
+    gone = remove_parts(tmp_path, [*outputs, "logs/missing/job.log"])
+    assert listed == [folder, tmp_path / "logs" / "missing"]
+    assert gone == sorted(f"runs/per_image/{p}" for p in parts)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(kept)
+
+
+def test_markers_list_each_folder_once(tmp_path, monkeypatch):
+    from snakemake_executor_plugin_modal import container
+    from snakemake_executor_plugin_modal.container import DONE, Markers
+
+    folder = tmp_path / DONE / "runs"
+    folder.mkdir(parents=True)
+    (folder / ("a.pt@" + "1" * 64)).write_text("old")  # another key: replaced
+    (folder / ("z.pt@" + "2" * 64)).write_text("other")  # another output: kept
+    listed = []
+    real = os.listdir
+    monkeypatch.setattr(container.os, "listdir", lambda p: listed.append(p) or real(p))
+    markers = Markers(tmp_path)
+    for name in ("a.pt", "b.pt", "c.pt"):
+        markers.mark(f"runs/{name}", None)
+        markers.mark(f"runs/{name}", "f" * 64)
+    markers.mark("runs/b.pt", None)  # an output removed: its marker goes
+    assert listed == [folder]  # (before iterdir below, which lists too)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "a.pt@" + "f" * 64,
+        "c.pt@" + "f" * 64,
+        "z.pt@" + "2" * 64,
+    ]
+
+
+def test_a_download_takes_each_path_and_folder_as_the_listing_has_them(tmp_path):
+    """Files and whole folders, found in one sorted listing (linear in the paths,
+    not paths x volume entries); a folder's name as a prefix of another's is not
+    that folder."""
+    from snakemake_executor_plugin_modal.staging import VolumeStager
+
+    listing = [
+        "runs/a/img0000.pt",
+        "runs/a/img0001.pt",
+        "runs/ab/img0000.pt",
+        "runs/a.pt",
+        "logs/x.log",
+    ]
+    stager = VolumeStager.__new__(VolumeStager)
+    stager.prefix = "proj"
+    stager.manifest = lambda: {}
+    stager._lock = __import__("threading").Lock()
+    stager.files = lambda folder="": {f: f for f in listing}
+    fetched = []
+    stager._fetch = lambda rel, entry: fetched.append(rel)
+    got = stager.download(["runs/a", "logs/x.log", "runs/none"], missing_ok=True)
+    assert got == ["logs/x.log", "runs/a/img0000.pt", "runs/a/img0001.pt"]
+    assert sorted(fetched) == got
+    with pytest.raises(WorkflowError, match="runs/none is not on the Modal volume"):
+        stager.download(["runs/none"])

@@ -143,16 +143,16 @@ def run_job(spec: dict) -> dict:
     started = time.monotonic()
     done = threading.Event()
     synced: set[str] = set()
+    markers = Markers(root)
 
     def sync(ended: bool = False) -> None:
-        _sync_finished(work, root, tmp, outputs, synced, ended, keys)
+        _sync_finished(work, root, tmp, outputs, synced, ended, keys, markers)
         if log.exists():  # the log so far: there even if the container is lost
             _copy_atomically(log, root / spec["log"])
         volume.commit()
 
     def sync_periodically() -> None:
-        while not done.wait(spec.get("sync_every_s", 30)):
-            sync()
+        sync_until(done, spec.get("sync_every_s", 30), sync)
 
     syncer = threading.Thread(target=sync_periodically, daemon=True)
     syncer.start()
@@ -189,7 +189,7 @@ def run_job(spec: dict) -> dict:
     for rel in sorted(synced):
         if not (work / rel).exists():
             _remove(root / rel)
-            _mark(root, rel, None)
+            markers.mark(rel, None)
             synced.discard(rel)
     for rel in spec.get("results", []):
         if (work / rel).exists():
@@ -253,20 +253,52 @@ def python_path(packages: list[str], existing: str | None = None) -> str:
     return os.pathsep.join([*folders, *([existing] if existing else [])])
 
 
+def sync_until(done: threading.Event, every_s: float, sync, say=print) -> int:
+    """
+    Call `sync` every `every_s` seconds until `done` is set. A sync that raises (a
+    ``Volume.commit`` refused once: a conflict, a transient error) is said in one
+    line and the next one is made as planned: one failure never ends the later
+    syncs, so a timeout, a preemption or a cancel loses at most what one interval
+    finished. Returns the number of syncs that raised.
+    """
+    failed = 0
+    while not done.wait(every_s):
+        try:
+            sync()
+        except Exception as e:  # noqa: BLE001 (any failure: the next sync is made)
+            failed += 1
+            say(
+                f"modal: a periodic sync of finished outputs failed ({type(e).__name__}"
+                f": {e}); trying again in {every_s:g} s",
+                flush=True,
+            )
+    return failed
+
+
 def remove_parts(root: Path, paths) -> list[str]:
     """
     Delete the part files (``.<name>.part-*``) that an earlier container, killed while
     copying, left beside these paths of the volume; returns those removed (relative
-    to ``root``). Only the job that writes a path copies to its part files.
+    to ``root``). Only the job that writes a path copies to its part files. Each
+    folder is listed once, however many of its files the job writes (a shard of
+    10,000 images in one folder: one listing, not 10,000).
     """
-    gone = []
+    by_folder: dict[Path, set[str]] = {}
     for rel in paths:
         target = root / rel
-        if not target.parent.is_dir():
+        by_folder.setdefault(target.parent, set()).add(f".{target.name}{PART}")
+    gone = []
+    for folder, prefixes in by_folder.items():
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
             continue
-        for part in target.parent.glob(f".{target.name}{PART}*"):
-            _remove(part)
-            gone.append(part.relative_to(root).as_posix())
+        for name in names:
+            head, sep, _ = name.partition(PART)
+            if sep and head + PART in prefixes:
+                part = folder / name
+                _remove(part)
+                gone.append(part.relative_to(root).as_posix())
     return sorted(gone)
 
 
@@ -282,15 +314,49 @@ def _marker(root: Path, rel: str, key: str) -> Path:
     return root / DONE / f"{rel}@{key}"
 
 
-def _mark(root: Path, rel: str, key: str | None) -> None:
-    """Record that the output ``rel`` on the volume was made by the job ``key``
-    (None: by no known job); markers of other keys are removed first."""
-    folder = (root / DONE / rel).parent
-    for old in folder.glob(f"{Path(rel).name}@*") if folder.is_dir() else []:
-        old.unlink()
-    if key:
-        folder.mkdir(parents=True, exist_ok=True)
-        _marker(root, rel, key).write_text(key)
+class Markers:
+    """
+    The markers of a container's outputs on the volume
+    (``<prefix>/.snakemake/modal/done/<file>@<key>``), each folder listed once: a
+    marker of an output is written only by the job that writes the output, so what
+    this container does not write it does not need to see again. Marking the 10,000
+    outputs of one folder lists it once, not once per output.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._folders: dict[Path, dict[str, set[str]]] = {}
+
+    def _of(self, folder: Path) -> dict[str, set[str]]:
+        """Output name -> its marker files in `folder` (a key holds no ``@``:
+        a SHA-256 in hex)."""
+        if folder not in self._folders:
+            index: dict[str, set[str]] = {}
+            try:
+                names = os.listdir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                names = []
+            for name in names:
+                output, sep, _ = name.rpartition("@")
+                if sep:
+                    index.setdefault(output, set()).add(name)
+            self._folders[folder] = index
+        return self._folders[folder]
+
+    def mark(self, rel: str, key: str | None) -> None:
+        """Record that the output ``rel`` on the volume was made by the job ``key``
+        (None: by no known job); markers of other keys are removed first."""
+        folder = (self.root / DONE / rel).parent
+        index, name = self._of(folder), Path(rel).name
+        for old in index.pop(name, set()):
+            try:
+                (folder / old).unlink()
+            except FileNotFoundError:
+                pass
+        if key:
+            folder.mkdir(parents=True, exist_ok=True)
+            _marker(self.root, rel, key).write_text(key)
+            index[name] = {f"{name}@{key}"}
 
 
 def _sync_finished(
@@ -301,6 +367,7 @@ def _sync_finished(
     synced: set[str],
     ended: bool,
     keys: dict[str, str] | None = None,
+    markers: Markers | None = None,
 ) -> bool:
     """
     Copy the finished, not yet copied outputs to the volume; True if any. While the
@@ -311,14 +378,15 @@ def _sync_finished(
     if not ended and not records:  # no job started yet (or records kept elsewhere)
         return False
     changed = False
+    markers = markers or Markers(root)
     for rel, key in outputs:
         if rel in synced or not (work / rel).exists():
             continue
         if not ended and _incomplete(records, key):
             continue
-        _mark(root, rel, None)  # the old file's marker goes before the file changes
+        markers.mark(rel, None)  # the old file's marker goes before the file changes
         _copy_atomically(work / rel, root / rel)
-        _mark(root, rel, (keys or {}).get(rel))
+        markers.mark(rel, (keys or {}).get(rel))
         synced.add(rel)
         changed = True
     return changed

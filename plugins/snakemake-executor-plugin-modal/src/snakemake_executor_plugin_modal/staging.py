@@ -18,6 +18,7 @@ them (see :mod:`.container`).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -346,11 +347,15 @@ class VolumeStager:
         with self._lock:
             self.manifest()  # downloaded files are recorded in it
         files = self.files()
+        names = sorted(files)  # a folder's files in one slice: linear in the paths
         todo = {}
         for rel in paths:
-            below = [
-                f for f in files if f == rel or f.startswith(rel.rstrip("/") + "/")
-            ]
+            below = [rel] if rel in files else []
+            inside = rel.rstrip("/") + "/"
+            i = bisect.bisect_left(names, inside)
+            while i < len(names) and names[i].startswith(inside):
+                below.append(names[i])
+                i += 1
             if not below:
                 if missing_ok:
                     continue
