@@ -107,3 +107,16 @@ def test_remote_dry_run_plans_the_shards_of_its_plan_without_groups(tiny_copy):
         "start-up 15 s x 4 (upstream's figure; one per shard and configuration, "
         "3 shard(s))"
     ) in result.stderr
+
+
+def test_a_shard_s_name_is_made_in_one_place():
+    from multigeom_workflow.planning.shards import shard_groups, shard_name
+
+    assert [shard_name(i, 10) for i in (0, 3, 9)] == [
+        "shard-00",
+        "shard-03",
+        "shard-09",
+    ]
+    assert shard_name(5, 101) == "shard-005" and shard_name(0, 0) == "shard-00"
+    groups = shard_groups(list(range(12)), 11)
+    assert sorted(set(groups.values())) == [shard_name(i, 11) for i in range(11)]

@@ -6,7 +6,7 @@ The shard groups of a remote executor: every shard's group (``shard-00``,
 from __future__ import annotations
 
 from .. import snakemake_adapter as adapter
-from ..planning.shards import SHARD_GROUP
+from ..planning.shards import SHARD_GROUP, shard_name
 from .run import Run
 
 __all__ = ["register_groups"]
@@ -20,8 +20,7 @@ def register_groups(workflow, run: Run) -> None:
     keys --group-components by that parent name, as for groups written with
     wildcards).
     """
-    width = max(2, len(str(max(run.n_shards, 1) - 1)))
-    names = {f"{SHARD_GROUP}-{i:0{width}d}" for i in range(run.n_shards)}
+    names = {shard_name(i, run.n_shards) for i in range(run.n_shards)}
     adapter.share_group_name(
         workflow, sorted(names | set(run.shards.values())), SHARD_GROUP
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from ..planning.shards import SHARD_GROUP
+from ..planning.shards import SHARD_GROUP, shard_name
 from ..planning.slurm import SlurmPlan
 from ..scenario import Scenario
 from ..settings.layout import Computation
@@ -178,5 +178,4 @@ class Run:
             return self.shards[key]
         if not self.n_shards:
             return SHARD_GROUP
-        width = max(2, len(str(self.n_shards - 1)))
-        return f"{SHARD_GROUP}-{int(index) % self.n_shards:0{width}d}"
+        return shard_name(int(index) % self.n_shards, self.n_shards)

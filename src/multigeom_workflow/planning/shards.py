@@ -20,13 +20,23 @@ from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["SHARD_GROUP", "make_shards", "num_shards", "shard_groups"]
+__all__ = ["SHARD_GROUP", "make_shards", "num_shards", "shard_groups", "shard_name"]
 
 T = TypeVar("T")
 
 #: The name every shard's group is known by to ``--group-components``: the profile's
 #: ``group-components: [shard=...]`` applies to each shard (``shard-00``, ...).
 SHARD_GROUP = "shard"
+
+
+def shard_name(index: int, n_shards: int) -> str:
+    """
+    The name of shard `index` of `n_shards`: its group's (``shard-00``, ...),
+    zero-padded to at least two digits so that names sort in shard order; the one
+    place it is made (groups, SLURM's and Modal's lines, the dry run).
+    """
+    width = max(2, len(str(max(n_shards, 1) - 1)))
+    return f"{SHARD_GROUP}-{int(index):0{width}d}"
 
 
 def make_shards(pending: Sequence[T], num_shards: int) -> list[list[T]]:
@@ -91,9 +101,8 @@ def shard_groups(pending: Sequence[T], num_shards: int) -> dict[T, str]:
         Item -> group name; names are zero-padded to sort in shard order.
     """
     shards = make_shards(pending, num_shards)
-    width = max(2, len(str(len(shards) - 1)))
     return {
-        item: f"{SHARD_GROUP}-{i:0{width}d}"
+        item: shard_name(i, len(shards))
         for i, shard in enumerate(shards)
         for item in shard
     }

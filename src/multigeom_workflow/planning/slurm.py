@@ -27,7 +27,7 @@ from ..settings.errors import ConfigError
 from ..settings.names import ESTIMATE_RULE
 from .cost import DEFAULT_STARTUP_S, read_timings
 from .plan import _seconds_per_image, pending_images
-from .shards import SHARD_GROUP, make_shards, num_shards
+from .shards import make_shards, num_shards, shard_name
 
 __all__ = [
     "CAP_RESOURCE",
@@ -176,9 +176,8 @@ class SlurmPlan:
 
     def groups(self) -> dict:
         """Computation -> group name (``shard-00``, ...), as `shard_groups` names."""
-        width = max(2, len(str(len(self.shards) - 1)))
         return {
-            item: f"{SHARD_GROUP}-{i:0{width}d}"
+            item: shard_name(i, len(self.shards))
             for i, shard in enumerate(self.shards)
             for item in shard
         }
@@ -242,9 +241,9 @@ class SlurmPlan:
 
     def over_cap(self) -> list[str]:
         """One line per shard whose limit exceeds the cap (one image too long)."""
-        width = max(2, len(str(len(self.shards) - 1)))
         return [
-            f"shard-{i:0{width}d} asks {limit} min, above the cap of {self.cap} min "
+            f"{shard_name(i, len(self.shards))} asks {limit} min, above the cap of "
+            f"{self.cap} min "
             f"({self.cap_source}): its images take longer than the cap allows even "
             "one at a time; raise the cap or use a partition with a longer MaxTime"
             for i, limit in enumerate(self.limits)
@@ -283,12 +282,12 @@ class SlurmPlan:
             + (f" to {high}" if high != low else "")
             + f" ({sum(hours):.3g} in all)",
         ]
-        width = max(2, len(str(len(self.shards) - 1)))
         for i, (jobs, configs, limit, h) in enumerate(
             zip(self.jobs, self._configs(), asked, hours, strict=True)
         ):
             lines.append(
-                f"    shard-{i:0{width}d}: {sum(jobs)} image(s) of {configs} "
+                f"    {shard_name(i, len(self.shards))}: {sum(jobs)} image(s) of "
+                f"{configs} "
                 f"configuration(s), {h:.3g} GPU-hours, time limit {limit} min"
             )
         if len(lines) > 40:  # thousands of shards: the first and the last
