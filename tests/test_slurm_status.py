@@ -13,6 +13,7 @@ import asyncio
 import errno
 import inspect
 import os
+from pathlib import Path
 
 import pytest
 
@@ -249,3 +250,60 @@ def test_what_a_cancelled_allocation_removed_is_put_back_and_still_kept(tmp_path
     assert out.read_bytes() == b"finished by the orphan"
     assert (tmp_path / ".kept-slurm-61" / "img0003.pt").exists()
     assert put_back([tmp_path], ["61"]) == []  # there already
+
+
+def test_one_vocabulary_of_slurm_states():
+    """SLURM's job states are written once (settings/slurm_states.py) and imported
+    everywhere: no other module of the package spells a state code as a literal
+    set member."""
+    import ast
+
+    from multigeom_workflow.on_slurm import submit
+    from multigeom_workflow.settings import slurm_states
+
+    assert status.ENDED_STATES is slurm_states.ENDED_STATES
+    assert allocations.LIVE_STATES is slurm_states.LIVE_STATES
+    assert submit.WILL_RUN is slurm_states.WILL_RUN
+    assert "PREEMPTED" in slurm_states.ENDED_STATES
+    assert "PREEMPTED" not in slurm_states.LIVE_STATES
+    codes = {"PENDING", "RUNNING", "PREEMPTED", "REQUEUED", "COMPLETING"}
+    package = Path(slurm_states.__file__).parents[1]
+    spelled = {}
+    for path in package.rglob("*.py"):
+        if path.name == "slurm_states.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Set, ast.Tuple, ast.List)):
+                found = {
+                    e.value
+                    for e in node.elts
+                    if isinstance(e, ast.Constant) and e.value in codes
+                }
+                if len(found) > 1:
+                    spelled[str(path.relative_to(package))] = sorted(found)
+    assert not spelled, spelled
+
+
+def test_kept_files_follow_the_controller_for_a_preempted_allocation(
+    tmp_path, monkeypatch
+):
+    """``sacct -X`` says PREEMPTED for a requeued job and for a cancelled one alike;
+    the controller's live state decides (settings.slurm_states): a requeued one
+    (PENDING in squeue) keeps its folder, a preempted one that SLURM does not run
+    again gives its finished images back."""
+    answers = {
+        "squeue": [("101", "PENDING"), ("102", "PREEMPTED")],
+        "sacct": [("101", "PREEMPTED"), ("102", "PREEMPTED"), ("103", "COMPLETED")],
+    }
+    monkeypatch.setattr(kept_module, "_slurm_rows", lambda cmd: answers[cmd[0]])
+    states = kept_module.slurm_job_states(["101", "102", "103", "104"])
+    assert states == {"101": "PENDING", "102": "PREEMPTED", "103": "COMPLETED"}
+    folder = tmp_path / "per_image"
+    for job in ("101", "102"):
+        kept = folder / f"{kept_module.KEPT_PREFIX}{job}"
+        kept.mkdir(parents=True)
+        (kept / f"img000{job[-1]}.pt").write_bytes(b"x")
+    found = kept_module.ended_allocation_files([folder], lambda ids: states)
+    assert [t.name for t, _ in found.put_back] == ["img0002.pt"]
+    assert found.ended == ["102 PREEMPTED"]
+    assert [d.name for d in found.drop] == [f"{kept_module.KEPT_PREFIX}102"]

@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..settings.slurm_states import LIVE_STATES, word
+
 __all__ = [
     "KEEP_ENV",
     "KEPT_PREFIX",
@@ -62,19 +64,6 @@ __all__ = [
 
 #: The folder beside a per-image file that keeps what one allocation finished.
 KEPT_PREFIX = ".kept-slurm-"
-#: SLURM states of a job that has not ended (its folder is left as it is).
-ACTIVE_STATES = {
-    "PENDING",
-    "RUNNING",
-    "REQUEUED",
-    "RESIZING",
-    "SUSPENDED",
-    "COMPLETING",
-    "CONFIGURING",
-    "PREEMPTED",  # requeued after preemption: SLURM runs it again
-}
-
-
 #: Set by the workflow (multigeom_workflow.on_snakemake.start) to the allocation's job
 #: id in a shard it submitted; a local run inside an interactive allocation keeps
 #: nothing.
@@ -285,34 +274,58 @@ def drop_kept(out: str | Path) -> list[Path]:
 
 def slurm_job_states(job_ids: Iterable[str]) -> dict[str, str]:
     """
-    The states SLURM reports for `job_ids` (first word: ``COMPLETED``, ``TIMEOUT``,
-    ``CANCELLED``, ...): ``sacct`` (job accounting), else ``squeue`` (jobs that ended
-    less than MinJobAge ago). A job neither knows is left out.
+    The states SLURM reports for `job_ids`, as codes (`settings.slurm_states.word`:
+    ``COMPLETED``, ``TIMEOUT``, ``CANCELLED``, ``PENDING``, ...): the controller's
+    first (``squeue``: the live state of a job it holds, a requeued one's too), then
+    job accounting's (``sacct``) for the jobs the controller no longer holds, as
+    `settings.slurm_states` settles ``PREEMPTED``. A job neither knows is left out.
     """
     ids = sorted(set(job_ids))
     if not ids:
         return {}
-    queries = [
-        ["sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobIDRaw,State"],
-        ["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%T"],
-    ]
     states: dict[str, str] = {}
-    for cmd in queries:
-        if shutil.which(cmd[0]) is None:
-            continue
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode != 0:
-            continue
-        for line in out.stdout.splitlines():
-            job, _, state = line.partition("|")
-            if job in ids and state and job not in states:
-                states[job] = state.split()[0]
-        if len(states) == len(ids):
-            break
+    controller = _slurm_rows(
+        ["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%T"]
+    )
+    if controller is None and len(ids) > 1:  # squeue refuses the list for one
+        # id it no longer knows ("Invalid job id specified"): ask each alone
+        controller = [
+            row
+            for job in ids
+            for row in _slurm_rows(
+                ["squeue", "-h", "--states=all", "-j", job, "-o", "%i|%T"]
+            )
+            or []
+        ]
+    for job, state in controller or []:
+        if job in ids and word(state) in LIVE_STATES:
+            states[job] = word(state)
+    left = [job for job in ids if job not in states]
+    accounting = left and _slurm_rows(
+        ["sacct", "-X", "-n", "-P", "-j", ",".join(left), "-o", "JobIDRaw,State"]
+    )
+    for job, state in [*(accounting or []), *(controller or [])]:
+        if job in left and state and job not in states:
+            states[job] = word(state)
     return states
+
+
+def _slurm_rows(cmd: list[str]) -> list[tuple[str, str]] | None:
+    """``id|state`` rows of a SLURM command, None where it could not answer."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    rows = []
+    for line in out.stdout.splitlines():
+        job, _, state = line.strip().partition("|")
+        if job and state:
+            rows.append((job, state))
+    return rows
 
 
 @dataclass
@@ -375,7 +388,7 @@ def ended_allocation_files(
     for d in kept_dirs:
         job = d.name[len(KEPT_PREFIX) :]
         state = known.get(job, "UNKNOWN")
-        if state in ACTIVE_STATES:
+        if state in LIVE_STATES:  # queued, running, requeued: left as it is
             continue
         if state != "COMPLETED":
             for kept in sorted(d.glob("img*.pt")):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from ..settings.names import PER_IMAGE_RULES
-from .status import LIVE_STATES
+from ..settings.slurm_states import LIVE_STATES
 
 __all__ = ["cancel_earlier_allocations", "earlier_allocations"]
 

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import asyncio
 
+from ..settings.slurm_states import word
+
 __all__ = ["scancel", "scontrol_state", "squeue_by_name", "squeue_states", "word"]
-
-
-def word(state: str) -> str:
-    """A state's code: ``CANCELLED by 0`` -> ``CANCELLED``, ``CANCELLED+`` too."""
-    return (state.split() or [""])[0].rstrip("+")
 
 
 async def _run(cmd: list[str]) -> tuple[int | None, str, str]:

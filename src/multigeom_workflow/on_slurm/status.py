@@ -64,8 +64,15 @@ import shlex
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
+from ..settings.slurm_states import (
+    ENDED_STATES,
+    HELD_STATES,
+    LIVE_STATES,
+    PLUGIN_FAIL_STATES,
+    WAITING_AGAIN,
+)
+from ..settings.slurm_states import word as _word
 from .queries import scancel, scontrol_state, squeue_by_name, squeue_states
-from .queries import word as _word
 
 __all__ = [
     "ENDED_STATES",
@@ -86,46 +93,6 @@ OUTAGE_LINE_S = 60.0
 #: looked up by other means (`scontrol_state`, its shard's files): SLURM's default
 #: MinJobAge (300 s), after which the controller forgets an ended job.
 UNKNOWN_LIMIT_S = 300.0
-
-#: The plugin's failure states (``fail_stati`` of ``Executor.check_active_jobs``,
-#: snakemake-executor-plugin-slurm 2.8.0); a job in one of them is reported failed.
-PLUGIN_FAIL_STATES = (
-    "BOOT_FAIL",
-    "CANCELLED",
-    "DEADLINE",
-    "FAILED",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "TIMEOUT",
-    "ERROR",
-)
-#: Final states of a job that did not complete (SLURM's job state codes, squeue(1)
-#: "JOB STATE CODES"); ``ERROR`` is the plugin's own.
-ENDED_STATES = frozenset({*PLUGIN_FAIL_STATES, "PREEMPTED", "REVOKED"})
-#: States of a job that SLURM still holds and may run (again): the controller's
-#: answer for a requeued job.
-LIVE_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "REQUEUED",
-        "REQUEUE_FED",
-        "REQUEUE_HOLD",
-        "SPECIAL_EXIT",
-        "RESV_DEL_HOLD",
-        "RESIZING",
-        "SUSPENDED",
-        "STOPPED",
-        "COMPLETING",
-        "CONFIGURING",
-        "SIGNALING",
-        "STAGE_OUT",
-    }
-)
-#: Held states: SLURM runs the job again only once it is released.
-HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
-#: States of a job that ran and waits to run again: requeued.
-WAITING_AGAIN = frozenset({"PENDING", "REQUEUED", "REQUEUE_FED", *HELD_STATES})
 
 _WHY = {
     "CANCELLED": "cancelled (scancel) by uid {by}",

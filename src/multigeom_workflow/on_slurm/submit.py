@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from .queries import word
+from ..settings.slurm_states import WILL_RUN, word
 
 __all__ = [
     "LOST_REPLY_WAITS",
@@ -56,22 +56,6 @@ __all__ = [
 #: Seconds to wait before each look for a job whose sbatch reported a failure: the
 #: controller may register a submission whose reply timed out a little later.
 LOST_REPLY_WAITS = (0.0, 2.0, 4.0)
-#: States of a job that SLURM runs or will run (squeue's codes, squeue(1) "JOB STATE
-#: CODES"): a submission found in one computes the shard; one ending (COMPLETING,
-#: after a time limit or a failure the plugin saw) does not.
-WILL_RUN = frozenset(
-    {
-        "PENDING",
-        "CONFIGURING",
-        "RUNNING",
-        "SUSPENDED",
-        "RESIZING",
-        "REQUEUED",
-        "REQUEUE_FED",
-        "REQUEUE_HOLD",
-        "SPECIAL_EXIT",
-    }
-)
 
 
 def submission_key(call: str) -> tuple[str, str] | None:
