@@ -40,10 +40,10 @@ from multigeom_workflow.compute.kept import (
 from multigeom_workflow.compute.standin import RECORD_ENV, STANDIN_ENV
 from multigeom_workflow.planning.slurm import (
     DEFAULT_CAP_MIN,
-    SlurmPlan,
+    ShardPlan,
     plan_shards,
     shard_minutes,
-    slurm_plan,
+    shard_plan,
     slurm_time_minutes,
 )
 
@@ -376,7 +376,7 @@ def test_the_cap_splits_the_work_into_more_shards():
     assert max(limits) <= 600 and len(shards) > 2
     assert [x for shard in shards for x in shard] == pending
     assert len(plan_shards(pending, jobs, 2, 60.0, cap=10**6)[0]) == 2
-    plan = SlurmPlan(shards, per_shard, limits, 60.0, "test", 600, "test", 2)
+    plan = ShardPlan(shards, per_shard, limits, 60.0, "test", 600, "test", 2)
     runtimes = plan.runtimes()
     for shard, limit in zip(shards, limits, strict=True):
         # the jobs' runtimes add up to the shard's limit (Snakemake sums them)
@@ -384,13 +384,13 @@ def test_the_cap_splits_the_work_into_more_shards():
     assert plan.asked_minutes() == limits
     # with the noise ceiling's second estimates (2 jobs): never above the limit, the
     # limit itself where a computation of one job takes the odd minute
-    mixed = SlurmPlan([pending[:3]], [[2, 1, 2]], [7], 60.0, "test", 600, "cap", 1)
+    mixed = ShardPlan([pending[:3]], [[2, 1, 2]], [7], 60.0, "test", 600, "cap", 1)
     assert mixed.asked_minutes() == [7] and mixed.runtimes()[pending[1]] == 1
-    odd = SlurmPlan([pending[:2]], [[2, 2]], [7], 60.0, "test", 600, "cap", 1)
+    odd = ShardPlan([pending[:2]], [[2, 2]], [7], 60.0, "test", 600, "cap", 1)
     assert odd.asked_minutes() == [6]
     assert plan.over_cap() == []
     assert any("instead of 2, so that each fits the cap" in x for x in plan.lines())
-    one = SlurmPlan([[pending[0]]], [[1]], [700], 60.0, "test", 600, "cap", 1)
+    one = ShardPlan([[pending[0]]], [[1]], [700], 60.0, "test", 600, "cap", 1)
     assert one.over_cap()[0].startswith("shard-00 asks 700 min, above the cap of 600")
 
 
@@ -412,11 +412,11 @@ def test_the_paper_at_10000_images_asks_no_allocation_above_the_cap(
     config["n_images"] = 10000
     monkeypatch.chdir(tmp_path)  # no per-image file there: all 40,000 are left
     scenario = validated_scenario(config, REPO)
-    default = slurm_plan(scenario, [], wanted=10, partition="none-such")
+    default = shard_plan(scenario, [], wanted=10, partition="none-such")
     assert default.cap == DEFAULT_CAP_MIN == 1440
     assert len(default.shards) > 10 and max(default.limits) <= 1440
     assert sum(map(sum, default.jobs)) == 4 * 10000 + 4 * 2  # and the ceiling's
-    capped = slurm_plan(scenario, [], wanted=10, profile_cap=480)
+    capped = shard_plan(scenario, [], wanted=10, profile_cap=480)
     assert max(capped.limits) <= 480 and len(capped.shards) > len(default.shards)
 
 
@@ -424,8 +424,8 @@ def test_the_dry_runs_shards_are_those_of_a_new_plan_without_a_second_sinfo(
     tmp_path, monkeypatch
 ):
     """The dry run's estimate shards Snakemake's plan with the parse's seconds per
-    image, cap and partition MaxTime (`SlurmPlan.replanned`): the same plan as
-    `slurm_plan` of those computations, and sinfo read once."""
+    image, cap and partition MaxTime (`ShardPlan.replanned`): the same plan as
+    `shard_plan` of those computations, and sinfo read once."""
     import yaml
 
     from multigeom_workflow.planning import slurm as slurm_module
@@ -441,12 +441,12 @@ def test_the_dry_runs_shards_are_those_of_a_new_plan_without_a_second_sinfo(
         "partition_max_minutes",
         lambda partition: asked.append(partition) or (30, "gpu"),
     )
-    first = slurm_plan(scenario, [], wanted=3, partition="gpu")
+    first = shard_plan(scenario, [], wanted=3, partition="gpu")
     assert first.cap == 30 and first.cap_source == "MaxTime of partition gpu"
     planned = [(c, i, 1 + (i < 2)) for c, i in pending_images(scenario)[::3]]
     again = first.replanned(planned)
     assert asked == ["gpu"]
-    assert again == slurm_plan(scenario, [], wanted=3, partition="gpu", planned=planned)
+    assert again == shard_plan(scenario, [], wanted=3, partition="gpu", planned=planned)
     in_order = [x for shard in again.shards for x in shard]
     assert in_order == [(c, i) for c, i, _ in planned]
     assert sum(map(sum, again.jobs)) == sum(k for _, _, k in planned)

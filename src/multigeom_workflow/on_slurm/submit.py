@@ -123,9 +123,9 @@ def _too_long(err: str, failure: OSError | None) -> str | None:
 
 
 def _snakemake_warning(line: str) -> None:
-    from snakemake.logging import logger
+    from .. import snakemake_adapter
 
-    logger.warning(line)
+    snakemake_adapter.warn(line)
 
 
 class _Submission:

@@ -27,7 +27,8 @@ from ..planning.plan import (
     run_estimates,
 )
 from ..planning.shards import num_shards
-from ..planning.slurm import modal_plan, plan_for_run, shard_request
+from ..planning.slurm import modal_plan, plan_for_run
+from ..planning.slurm_checks import shard_request
 from ..settings.layout import Computation
 from ..settings.names import ESTIMATE_RULE, PER_IMAGE_RULES
 from .run import Run, modal_startup_seconds, say

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..planning.shards import SHARD_GROUP, shard_name
-from ..planning.slurm import SlurmPlan
+from ..planning.slurm import ShardPlan
 from ..scenario import Scenario
 from ..settings.layout import Computation
 from ..settings.names import ESTIMATE_RULE
@@ -101,18 +101,18 @@ class Run:
         The per-image jobs are grouped into shards (a remote executor).
     n_shards : int
         The number of shards (`num_shards`); 0 when not sharded.
-    slurm : SlurmPlan or None
+    slurm : ShardPlan or None
         The shards and time limits of a run for SLURM
         (`multigeom_workflow.planning.slurm`), None for any other run.
     runtimes : dict
         ((encoder, area), index) -> the `runtime` of its jobs on SLURM or Modal
-        (`SlurmPlan.runtimes`, computed once); empty elsewhere.
+        (`ShardPlan.runtimes`, computed once); empty elsewhere.
     shards_setting : int or str
         The config key ``shards``.
     executor : str
         The executor in use, read once at parse time (`executor_in_use`: ``slurm``,
         ``modal``, ``slurm-jobstep``, ``local``, ...).
-    modal : SlurmPlan or None
+    modal : ShardPlan or None
         The shards and time limits of a sharded run on Modal
         (`multigeom_workflow.planning.slurm.modal_plan`), None for any other run.
     facts : Facts or None
@@ -133,11 +133,11 @@ class Run:
     shards: dict = field(default_factory=dict)
     sharded: bool = False
     n_shards: int = 0
-    slurm: SlurmPlan | None = None
+    slurm: ShardPlan | None = None
     runtimes: dict = field(default_factory=dict)
     shards_setting: int | str = "auto"
     executor: str = "local"
-    modal: SlurmPlan | None = None
+    modal: ShardPlan | None = None
     facts: Facts | None = None
     given: GivenResources = field(default_factory=GivenResources)
     refused_dates: list[str] = field(default_factory=list)
@@ -160,7 +160,7 @@ class Run:
     def runtime_of(self, wildcards) -> int:
         """
         A per-image job's `runtime` (minutes) on SLURM or Modal: its share of its
-        shard's time limit (`SlurmPlan.runtimes`: Snakemake sums a group's runtimes
+        shard's time limit (`ShardPlan.runtimes`: Snakemake sums a group's runtimes
         into the allocation's --time, or the container's timeout); a job outside the
         planned shards, one image's limit.
         """

@@ -26,10 +26,9 @@ from ..planning.before_planning import before_planning, record_contents
 from ..planning.cost import budget_problem
 from ..planning.plan import pending_images
 from ..planning.shards import num_shards, shard_groups
-from ..planning.slurm import (
+from ..planning.slurm import modal_plan, plan_for_run
+from ..planning.slurm_checks import (
     keep_method_line,
-    modal_plan,
-    plan_for_run,
     profile_placeholders,
     shard_request,
     status_query_problem,
@@ -343,7 +342,7 @@ def before_slurm_submissions(workflow, run: Run) -> None:
     """
     from ..compute.kept import kept_files, put_back
     from ..on_slurm import allocations, status
-    from ..planning.slurm import per_image_folders
+    from ..planning.slurm_checks import per_image_folders
 
     folders = per_image_folders(run.scenario)
 

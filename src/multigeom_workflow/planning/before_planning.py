@@ -172,7 +172,6 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
     -------
     BeforePlanning
     """
-    from ..planning.slurm import per_image_folders, restore_ended_allocations
     from ..results.verify import (
         bad_per_image_files,
         changed_since_checked,
@@ -180,6 +179,7 @@ def before_planning(scenario, dry: bool) -> BeforePlanning:
         run_files,
         set_aside,
     )
+    from .slurm_checks import per_image_folders, restore_ended_allocations
 
     out = BeforePlanning()
     # 1. SLURM shards cut short: their finished files back

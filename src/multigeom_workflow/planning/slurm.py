@@ -1,9 +1,9 @@
 """
-What a run on a SLURM cluster (``profiles/slurm``) plans, checks and prepares on the
-login node, before Snakemake plans the jobs: shards whose time limits fit the
-cluster (`plan_shards`, `SlurmPlan`), per-image files of allocations that ended early
-put back (`restore_ended_allocations`), and a cluster without job accounting named
-before the run hangs on it (`status_query_problem`).
+The shards of a remote run and their time limits (`ShardPlan`, `shard_plan`): on a
+SLURM cluster (``profiles/slurm``: limits that fit the partition's MaxTime,
+`plan_for_run`) and on Modal (`modal_plan`: each container's timeout and the budget's
+worst case), planned on the submitting machine before Snakemake plans the jobs. What
+a SLURM run checks and prepares beside it: `multigeom_workflow.planning.slurm_checks`.
 """
 
 from __future__ import annotations
@@ -11,17 +11,11 @@ from __future__ import annotations
 import math
 import os
 import re
-import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..compute.kept import (
-    KEEP_ENV,
-    choose_keep_method,
-    restore_after_ended_allocations,
-)
 from ..scenario import Scenario
 from ..settings.errors import ConfigError
 from ..settings.names import ESTIMATE_RULE
@@ -31,26 +25,18 @@ from .shards import make_shards, num_shards, shard_name
 
 __all__ = [
     "CAP_RESOURCE",
-    "PLACEHOLDER_PREFIX",
-    "SHARD_ASKS",
     "SHARD_RESOURCES",
     "DEFAULT_CAP_MIN",
     "MARGIN",
     "MODAL_CAP_MIN",
-    "SlurmPlan",
+    "ShardPlan",
     "modal_plan",
     "partition_max_minutes",
     "plan_for_run",
-    "keep_method_line",
     "plan_shards",
-    "profile_placeholders",
-    "restore_ended_allocations",
-    "shard_request",
     "shard_minutes",
-    "slurm_plan",
+    "shard_plan",
     "slurm_time_minutes",
-    "status_query_problem",
-    "submission_problem",
 ]
 
 #: A shard's time limit is this many times its measured (or default) work: a node
@@ -141,7 +127,7 @@ def partition_max_minutes(partition: str | None) -> tuple[int | None, str]:
 
 
 @dataclass
-class SlurmPlan:
+class ShardPlan:
     """
     The shards of a SLURM run and what each allocation asks for.
 
@@ -182,18 +168,18 @@ class SlurmPlan:
             for item in shard
         }
 
-    def replanned(self, planned: list) -> SlurmPlan:
+    def replanned(self, planned: list) -> ShardPlan:
         """
         The shards of other computations with this plan's seconds per image, cap and
         shards wanted: the plan of Snakemake's jobs to run (the dry run's estimate),
         without reading the timings and the partition's MaxTime (``sinfo``) again. It
-        equals `slurm_plan` with ``planned`` where this plan had computations to shard
+        equals `shard_plan` with ``planned`` where this plan had computations to shard
         (an empty plan read no MaxTime: plan that one anew).
 
         Parameters
         ----------
         planned : list of ((encoder, area), index, jobs)
-            As for `slurm_plan`.
+            As for `shard_plan`.
         """
         pending = [(config, i) for config, i, _ in planned]
         jobs_of = [k for _, _, k in planned]
@@ -356,7 +342,7 @@ def plan_shards(
     Returns
     -------
     shards, jobs, limits : lists
-        As `SlurmPlan`'s attributes.
+        As `ShardPlan`'s attributes.
     """
     jobs_by = dict(zip(pending, jobs_of, strict=True))
     n = max(1, wanted)
@@ -372,87 +358,7 @@ def plan_shards(
         n = min(len(pending), max(n + 1, math.ceil(n * max(limits) / cap)))
 
 
-def per_image_folders(scenario: Scenario) -> list[str]:
-    """The run's per-image folders: each configuration's, and the noise ceiling's."""
-    return sorted(
-        {
-            os.path.dirname(path(c.encoder, c.area, 0))
-            for c in scenario.configurations
-            for path in (scenario.per_image_file, scenario.ceiling_file)
-        }
-    )
-
-
-def restore_ended_allocations(scenario: Scenario) -> str | None:
-    """
-    Put back the per-image files that SLURM allocations finished before they ended
-    early (time limit, ``scancel``, preemption, node failure) and Snakemake removed
-    with their shard (`multigeom_workflow.compute.kept`).
-
-    Returns
-    -------
-    str or None
-        One line saying how many files came back and from which allocations (job id
-        and state), or None when nothing did.
-    """
-    restored, ended = restore_after_ended_allocations(per_image_folders(scenario))
-    if not restored:
-        return None
-    return (
-        f"restored {len(restored)} per-image file(s) finished in SLURM allocation(s) "
-        f"that ended early ({', '.join(ended)}): Snakemake had removed them with "
-        "their shard; only the images still missing are computed"
-    )
-
-
-#: What ``sacct`` prints on a cluster without job accounting (SLURM 22.05 to 24.x).
-ACCOUNTING_DISABLED = "accounting storage is disabled"
-
-
-def status_query_problem(status_command: str | None) -> str | None:
-    """
-    The line that stops a SLURM run whose job-status query cannot work: the plugin
-    reads job states with ``sacct`` (its default), which on a cluster without job
-    accounting answers "Slurm accounting storage is disabled", so that the run never
-    sees a shard end.
-
-    Parameters
-    ----------
-    status_command : str or None
-        The plugin's setting ``--slurm-status-command`` (``sacct``, ``squeue``, or
-        None for its default).
-
-    Returns
-    -------
-    str or None
-        The problem, naming the setting to give, or None when the query works (or
-        ``sacct`` is not there, where the plugin uses ``squeue`` itself).
-    """
-    if status_command == "squeue" or shutil.which("sacct") is None:
-        return None
-    try:
-        out = subprocess.run(
-            ["sacct", "-X", "-n", "-o", "JobID", "-S", "now"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    said = (out.stdout + out.stderr).strip()
-    if ACCOUNTING_DISABLED not in said.lower():
-        return None
-    first = said.splitlines()[0]
-    return (
-        f"this SLURM cluster keeps no job accounting (sacct: {first!r}): "
-        "the plugin's status query by sacct would never see a shard end; set "
-        "`slurm-status-command: squeue` in the profile (or --slurm-status-command "
-        "squeue; it needs MinJobAge of 120 s or more: scontrol show config | grep "
-        "MinJobAge)"
-    )
-
-
-def slurm_plan(
+def shard_plan(
     scenario: Scenario,
     timings,
     wanted: int,
@@ -461,7 +367,7 @@ def slurm_plan(
     planned: list | None = None,
     cluster: bool = True,
     modal_gpu: str | None = None,
-) -> SlurmPlan:
+) -> ShardPlan:
     """
     The shards of a SLURM run of `scenario` and their time limits.
 
@@ -491,7 +397,7 @@ def slurm_plan(
 
     Returns
     -------
-    SlurmPlan
+    ShardPlan
     """
     # the allocations' device, not this machine's: a login node without a GPU falls
     # back to the CPU here, while the shards compute on their GPUs
@@ -524,16 +430,16 @@ def slurm_plan(
     if maxtime is not None and maxtime < cap:
         cap, cap_source = maxtime, f"MaxTime of partition {name}"
     shards, jobs, limits = plan_shards(pending, jobs_of, wanted, spi, cap)
-    return SlurmPlan(shards, jobs, limits, spi, source, cap, cap_source, wanted)
+    return ShardPlan(shards, jobs, limits, spi, source, cap, cap_source, wanted)
 
 
 #: Modal's longest function timeout, minutes (24 h: ``timeout`` of ``App.function``).
 MODAL_CAP_MIN = 1440
 
 
-def modal_plan(scenario: Scenario, wanted: int) -> SlurmPlan:
+def modal_plan(scenario: Scenario, wanted: int) -> ShardPlan:
     """
-    The shards of a run on Modal and their time limits, as for SLURM (`slurm_plan`:
+    The shards of a run on Modal and their time limits, as for SLURM (`shard_plan`:
     `MARGIN` x the work + `ALLOCATION_S`, the seconds per image those of the dry
     run's Modal estimate on ``modal.gpu``), capped at Modal's 24 h: each per-image
     job's share of its shard's limit is its ``runtime``, which Snakemake sums into
@@ -551,7 +457,7 @@ def modal_plan(scenario: Scenario, wanted: int) -> SlurmPlan:
     timings = read_timings(
         scenario.per_image_files(), engine=scenario.engine, precision=scenario.precision
     )
-    return slurm_plan(
+    return shard_plan(
         scenario,
         timings,
         wanted,
@@ -559,12 +465,6 @@ def modal_plan(scenario: Scenario, wanted: int) -> SlurmPlan:
         cluster=False,
         modal_gpu=scenario.modal["gpu"],
     )
-
-
-def _given(resources: dict, name: str) -> str | None:
-    """A resource as given (name -> value as written), quotes off; None if not."""
-    value = resources.get(name)
-    return None if value is None else str(value).strip("'\"")
 
 
 def plan_for_run(
@@ -575,9 +475,9 @@ def plan_for_run(
     remote_exec: bool,
     planned: list | None = None,
     executor: str = "slurm",
-) -> SlurmPlan | None:
+) -> ShardPlan | None:
     """
-    The `SlurmPlan` of a run for SLURM, or None for any other run: one whose executor
+    The `ShardPlan` of a run for SLURM, or None for any other run: one whose executor
     is ``slurm`` (`multigeom_workflow.on_snakemake.run.executor_in_use`, the one
     answer), planned on the login node (inside an allocation, nothing is planned).
 
@@ -593,7 +493,7 @@ def plan_for_run(
     remote_exec : bool
         Snakemake's ``workflow.remote_exec`` (True inside an allocation).
     planned : list, optional
-        As for `slurm_plan`: Snakemake's plan (the dry run's estimate).
+        As for `shard_plan`: Snakemake's plan (the dry run's estimate).
     executor : str
         The executor in use (`multigeom_workflow.on_snakemake.run.executor_in_use`).
     """
@@ -610,7 +510,7 @@ def plan_for_run(
             "allowed: a whole number of minutes, at least 1 (the most one allocation "
             "asks for)"
         )
-    return slurm_plan(
+    return shard_plan(
         scenario,
         read_timings(
             scenario.per_image_files(),
@@ -622,151 +522,3 @@ def plan_for_run(
         profile_cap=cap_min,
         planned=planned,
     )
-
-
-def submission_problem(resources, minutes: int) -> str | None:
-    """
-    The line that stops a SLURM run whose shards' allocation SLURM would refuse,
-    with sbatch's own words: ``sbatch --test-only`` with what a shard asks for (the
-    per-image rule's ``set-resources``: account, partition, GPUs, CPUs per GPU,
-    memory, constraint, QOS, ``slurm_extra``, and the longest shard's time limit).
-    Snakemake reports a refused submission of a group as "Error in group ...
-    message: None", without them (snakemake-executor-plugin-slurm issue #456).
-
-    Parameters
-    ----------
-    resources
-        The per-image rule's resources as a profile gives them (name -> value).
-    minutes : int
-        The longest shard's time limit.
-
-    Returns
-    -------
-    str or None
-        The problem, or None when sbatch accepts the request (or is not there).
-    """
-    if shutil.which("sbatch") is None:
-        return None
-    get = lambda name: _given(resources, name)  # noqa: E731
-    args = ["sbatch", "--test-only", "--parsable", f"--time={max(int(minutes), 1)}"]
-    for name, flag in (
-        ("slurm_account", "--account"),
-        ("slurm_partition", "--partition"),
-        ("constraint", "--constraint"),
-        ("qos", "--qos"),
-    ):
-        if get(name):
-            args.append(f"{flag}={get(name)}")
-    gpus = get("gpu")
-    if gpus and gpus != "0":
-        model = get("gpu_model")
-        args.append(f"--gpus={model}:{gpus}" if model else f"--gpus={gpus}")
-        if get("cpus_per_gpu"):
-            args.append(f"--cpus-per-gpu={get('cpus_per_gpu')}")
-    if get("cpus_per_task"):
-        args.append(f"--cpus-per-task={get('cpus_per_task')}")
-    if get("mem_mb"):
-        args.append(f"--mem={get('mem_mb')}")
-    if get("slurm_extra"):
-        args += shlex.split(get("slurm_extra"))
-    args.append("--wrap=true")
-    try:
-        out = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode == 0:
-        return None
-    said = " ".join((out.stderr or out.stdout).split())
-    said = said or f"exit status {out.returncode}"
-    return (
-        f"SLURM refuses the shards' allocation: {said} (asked: "
-        f"{shlex.join(args[3:-1])}, the per-image rule's set-resources in the profile "
-        'and the longest shard\'s time limit; `sinfo -o "%P %l %c %m %G"` lists what '
-        "the partitions allow)"
-    )
-
-
-def keep_method_line(scenario: Scenario) -> str:
-    """
-    Choose, once per run on the login node, how the shards keep a second name of
-    their finished images (`multigeom_workflow.compute.kept.choose_keep_method`, in
-    the first per-image folder: the shared file system the allocations write to),
-    hand it to them (``MULTIGEOM_KEEP_BY``: sbatch passes this process's environment),
-    and return the line saying it.
-    """
-    c = scenario.configurations[0]
-    folder = os.path.dirname(scenario.per_image_file(c.encoder, c.area, 0))
-    try:
-        how, why = choose_keep_method(folder)
-    except OSError as err:  # the folder cannot be written: the shards will say why
-        how, why = "copy", f"{type(err).__name__}: {err}"
-    os.environ[KEEP_ENV] = how
-    if how == "link":
-        return (
-            "SLURM shards keep a second name of each finished image by hard link "
-            "(in .kept-slurm-<jobid>/ beside the per-image files), taken back if "
-            "their allocation ends early"
-        )
-    return (
-        "SLURM shards keep a copy of each finished image (in .kept-slurm-<jobid>/ "
-        "beside the per-image files), taken back if their allocation ends early: "
-        f"the file system of {folder} refuses hard links between folders ({why})"
-    )
-
-
-#: What the dry run's SLURM line and sbatch --test-only read of a per-image job's
-#: resources (plugin's names).
-SHARD_ASKS = (
-    "gpu",
-    "gpu_model",
-    "cpus_per_gpu",
-    "cpus_per_task",
-    "mem_mb",
-    "slurm_partition",
-    "slurm_account",
-    "constraint",
-    "qos",
-    "slurm_extra",
-)
-
-
-def shard_request(resources: dict) -> dict[str, str]:
-    """
-    What each allocation asks SLURM for, from the resources in force of the
-    per-image rule (`multigeom_workflow.snakemake_adapter.resources_in_force`:
-    declared in the rule, `SHARD_RESOURCES`, with a profile's or the command line's
-    ``set-resources`` applied by Snakemake): name -> value as a string, for the names
-    of `SHARD_ASKS` that are set.
-    """
-    return {
-        name: str(value).strip("'\"")
-        for name, value in resources.items()
-        if name in SHARD_ASKS
-    }
-
-
-#: How a profile marks a value its user must set (profiles/slurm): a run refuses it.
-PLACEHOLDER_PREFIX = "SET-"
-
-
-def profile_placeholders(given) -> list[str]:
-    """
-    One line per resource value that a profile (or --set-resources) left as the
-    profile's placeholder (``SET-...``, e.g. ``slurm_account=SET-your-account``): SLURM
-    would refuse such an allocation only once submitted, so the run refuses it first.
-
-    Parameters
-    ----------
-    given : multigeom_workflow.snakemake_adapter.GivenResources
-    """
-    lines = []
-    for rule, resources in given.per_rule.items():
-        for name, value in resources.items():
-            if value.startswith(PLACEHOLDER_PREFIX):
-                lines.append(
-                    f"profile entry set-resources {rule}:{name}={value} is the "
-                    "profile's placeholder: give your cluster's value in a copy of the "
-                    "profile or with --set-resources, or remove the entry "
-                    "(docs/slurm.md)"
-                )
-    return lines

@@ -24,7 +24,8 @@ Three kinds of use:
 - acting on it: `share_group_name` (shard groups), `limit_local_gpus`,
   `read_recorded_params_as` (older runs' params records read in canonical form),
   `share_resources` (the ceiling's rule takes the per-image rule's set-resources),
-  `show_snakemake` (a dry run's view of the files a real run would change);
+  `show_snakemake` (a dry run's view of the files a real run would change),
+  `warn` (a line through Snakemake's logger);
 - speed patches, each saving seconds at 40,000 jobs and none changing what Snakemake
   computes, all behind one switch (`SPEED_ENV`; `speed_patches_on`):
   `fewer_collections`, `settle_rules`, `record_signature`, `idle_logger_plugin_off`.
@@ -43,6 +44,7 @@ from .acting import (
     share_group_name,
     share_resources,
     show_snakemake,
+    warn,
 )
 from .internals import TESTED, InternalChanged, switched_off_lines
 from .reading import (
@@ -106,6 +108,7 @@ __all__ = [
     "speed_patches_on",
     "submit_dir",
     "switched_off_lines",
+    "warn",
     "when_plan_built",
 ]
 
@@ -143,6 +146,7 @@ INTERNALS = {
     "job.rule.name, job.wildcards": "a planned job's rule and wildcards",
     "snakemake.logging.logger RUN_INFO record": "the moment the plan is built",
     "snakemake.common.NOTHING_TO_BE_DONE_MSG": "the plan is empty",
+    "snakemake.logging.logger.warning": "a line of a layer over an executor plugin",
     "snakemake.cli.args_to_api(args): args.executor": (
         "the executor in use, at parse time (executor_from_command_line)"
     ),

@@ -214,3 +214,13 @@ _PARAMS_OFF = (
     "outputs recorded before 2026-12-02 are compared as Snakemake recorded them, so a "
     "settings file written differently from then plans them again"
 )
+
+
+def warn(line: str) -> None:
+    """Write `line` as a warning through Snakemake's logger
+    (``snakemake.logging.logger``), to its handlers and logger plugins as Snakemake's
+    own warnings go (a layer over an executor plugin writes there).
+    """
+    from snakemake.logging import logger
+
+    logger.warning(line)
