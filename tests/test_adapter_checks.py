@@ -154,3 +154,47 @@ def test_a_run_with_changed_internals_says_so_and_plans_as_snakemake_does(
         "snakemake.persistence.PersistenceBase.params",
     ], said
     assert "takes (self, path, cached), not (self, path)" in text
+
+
+def test_the_slurm_plugin_s_parts_are_checked_before_a_layer_goes_over_them(
+    monkeypatch,
+):
+    """The SLURM plugin's status query, status check and submissions go under the
+    workflow's layers only as written for (snakemake_adapter.SLURM_PLUGIN_PARTS);
+    a part that changed is left as the plugin has it, with one line each."""
+    import snakemake_executor_plugin_slurm as plugin
+
+    from multigeom_workflow.on_slurm import status, submit
+
+    for part in adapter.SLURM_PLUGIN_PARTS:
+        assert acting.slurm_plugin_part_problem(part) is None, part
+    # restored after the test
+    monkeypatch.setattr(plugin, "query_job_status", plugin.query_job_status)
+    monkeypatch.setattr(plugin, "subprocess", vars(plugin)["subprocess"])
+    monkeypatch.setattr(
+        plugin.Executor, "check_active_jobs", plugin.Executor.check_active_jobs
+    )
+
+    def query_job_status(command, logger):  # made synchronous
+        return {}
+
+    async def check_active_jobs(self, jobs):  # a coroutine, not a generator
+        return None
+
+    monkeypatch.setattr(plugin, "query_job_status", query_job_status)
+    monkeypatch.setattr(plugin.Executor, "check_active_jobs", check_active_jobs)
+    monkeypatch.setattr(plugin, "subprocess", object())
+    status.install()
+    assert plugin.query_job_status is query_job_status
+    assert plugin.Executor.check_active_jobs is check_active_jobs
+    assert submit.install() is None
+    lines = adapter.switched_off_lines()
+    assert all(x.startswith("snakemake-executor-plugin-slurm 2.8.0: ") for x in lines)
+    assert [re.search(r"slurm \S+: (\S+) ", x)[1] for x in lines] == [
+        "snakemake_executor_plugin_slurm.query_job_status",
+        "snakemake_executor_plugin_slurm.Executor.check_active_jobs",
+        "snakemake_executor_plugin_slurm.subprocess",
+    ]
+    assert "is not a coroutine function" in lines[0]
+    assert "is not an async generator" in lines[1]
+    assert "has no Popen" in lines[2]

@@ -490,16 +490,29 @@ def install() -> StatusLayer:
     """
     import snakemake_executor_plugin_slurm as plugin
 
+    from .. import snakemake_adapter as adapter
     from . import submit
 
     current = plugin.query_job_status
     layer = getattr(current, "__self__", None)
     if isinstance(layer, StatusLayer):
         return layer
+    # each part checked first (snakemake_adapter.SLURM_PLUGIN_PARTS); one that
+    # changed is left as the plugin has it, with one line
     layer = StatusLayer(current)
-    plugin.query_job_status = layer.query
-    plugin.Executor.check_active_jobs = _tracking(
-        layer, plugin.Executor.check_active_jobs
+    adapter.replace_in_slurm_plugin(
+        "query_job_status",
+        lambda query: layer.query,
+        "the plugin's own status query applies: an allocation's end it does not "
+        "know (scancel, preemption), or accounting that stops answering, may leave "
+        "the run waiting",
     )
-    layer.submitted = submit.install().submitted_ids
+    adapter.replace_in_slurm_plugin(
+        "Executor.check_active_jobs",
+        lambda check: _tracking(layer, check),
+        "jobs whose state no answer holds are not looked up by other means",
+    )
+    submissions = submit.install()
+    # (without the submission layer, no allocation is taken for a lost reply's)
+    layer.submitted = submissions.submitted_ids if submissions else None
     return layer

@@ -297,16 +297,23 @@ class Submissions:
         return None
 
 
-def install() -> Submissions:
+def install() -> Submissions | None:
     """
     Put `Submissions` in place of the ``subprocess`` module in the plugin's module
     (``snakemake_executor_plugin_slurm``, whose ``Executor.run_job`` submits with
-    ``subprocess.Popen``); once per process.
+    ``subprocess.Popen``), through the adapter's check of that part
+    (`multigeom_workflow.snakemake_adapter.replace_in_slurm_plugin`); once per
+    process. None when the part is not what the layer was written for (one line).
     """
     import snakemake_executor_plugin_slurm as plugin
 
+    from .. import snakemake_adapter as adapter
+
     if isinstance(plugin.subprocess, Submissions):
         return plugin.subprocess
-    layer = Submissions()
-    plugin.subprocess = layer
-    return layer
+    return adapter.replace_in_slurm_plugin(
+        "subprocess",
+        lambda module: Submissions(),
+        "the plugin submits as it does: a submission whose reply was lost may run "
+        "beside its retry",
+    )

@@ -25,7 +25,8 @@ Three kinds of use:
   `read_recorded_params_as` (older runs' params records read in canonical form),
   `share_resources` (the ceiling's rule takes the per-image rule's set-resources),
   `show_snakemake` (a dry run's view of the files a real run would change),
-  `warn` (a line through Snakemake's logger);
+  `warn` (a line through Snakemake's logger), `replace_in_slurm_plugin` (the
+  SLURM plugin's parts under the workflow's layers, each checked first);
 - speed patches, each saving seconds at 40,000 jobs and none changing what Snakemake
   computes, all behind one switch (`SPEED_ENV`; `speed_patches_on`):
   `fewer_collections`, `settle_rules`, `record_signature`, `idle_logger_plugin_off`.
@@ -39,8 +40,10 @@ with one line, `switched_off_lines`, or the run stopped before any job,
 from __future__ import annotations
 
 from .acting import (
+    SLURM_PLUGIN_PARTS,
     limit_local_gpus,
     read_recorded_params_as,
+    replace_in_slurm_plugin,
     share_group_name,
     share_resources,
     show_snakemake,
@@ -82,6 +85,7 @@ __all__ = [
     "INSPECTING_COMMANDS",
     "INTERNALS",
     "JOB_NAMES",
+    "SLURM_PLUGIN_PARTS",
     "SPEED_ENV",
     "TESTED",
     "Facts",
@@ -99,6 +103,7 @@ __all__ = [
     "read_config_values",
     "read_recorded_params_as",
     "record_signature",
+    "replace_in_slurm_plugin",
     "resources_in_force",
     "settle_rules",
     "share_group_name",
@@ -147,6 +152,10 @@ INTERNALS = {
     "snakemake.logging.logger RUN_INFO record": "the moment the plan is built",
     "snakemake.common.NOTHING_TO_BE_DONE_MSG": "the plan is empty",
     "snakemake.logging.logger.warning": "a line of a layer over an executor plugin",
+    "snakemake_executor_plugin_slurm.<SLURM_PLUGIN_PARTS>": (
+        "the SLURM plugin's status query, status check and submissions, under the "
+        "workflow's layers (replace_in_slurm_plugin)"
+    ),
     "snakemake.cli.args_to_api(args): args.executor": (
         "the executor in use, at parse time (executor_from_command_line)"
     ),

@@ -224,3 +224,78 @@ def warn(line: str) -> None:
     from snakemake.logging import logger
 
     logger.warning(line)
+
+
+#: The SLURM executor plugin's parts the workflow lays its layers over
+#: (`multigeom_workflow.on_slurm.status`, `.submit`), each with what it was written
+#: for (snakemake-executor-plugin-slurm 2.8.0, ``__init__.py`` and
+#: ``job_status_query.py``): the status query ``Executor.check_active_jobs`` calls by
+#: its module name, that method itself (an async generator), and the ``subprocess``
+#: module ``Executor.run_job`` submits with (``subprocess.Popen``).
+SLURM_PLUGIN_PARTS = {
+    "query_job_status": (("command", "logger"), "coroutine function"),
+    "Executor.check_active_jobs": (("self", "active_jobs"), "async generator"),
+    "subprocess": ((), "module with Popen"),
+}
+
+
+def slurm_plugin_part_problem(part: str) -> str | None:
+    """What is wrong with `part` of the installed SLURM plugin's module for the layer
+    written over it (`SLURM_PLUGIN_PARTS`), or None; a wrapper of ours is judged by
+    what it wraps (``__wrapped__``, a layer's ``original``).
+    """
+    import inspect
+
+    import snakemake_executor_plugin_slurm as plugin
+
+    params, kind = SLURM_PLUGIN_PARTS[part]
+    owner, _, name = part.rpartition(".")
+    target = getattr(plugin, owner, None) if owner else plugin
+    current = getattr(target, name, None)
+    if current is None:
+        return "is missing"
+    if kind == "module with Popen":
+        return None if callable(getattr(current, "Popen", None)) else "has no Popen"
+    layer = getattr(current, "__self__", None)
+    current = (
+        getattr(current, "__wrapped__", None)
+        or getattr(layer, "original", None)
+        or current
+    )
+    is_kind = (
+        inspect.isasyncgenfunction(current)
+        if kind == "async generator"
+        else inspect.iscoroutinefunction(current)
+    )
+    if not is_kind:
+        return f"is not an {kind}" if kind[0] in "aeiou" else f"is not a {kind}"
+    names = tuple(inspect.signature(current).parameters)[: len(params)]
+    if names != params:
+        return f"takes ({', '.join(names)}), not ({', '.join(params)})"
+    return None
+
+
+def replace_in_slurm_plugin(part: str, make: Callable, consequence: str):
+    """
+    Put ``make(current)`` in place of `part` of the SLURM plugin's module
+    (`SLURM_PLUGIN_PARTS`) once it is checked (`slurm_plugin_part_problem`); returns
+    what was put there, or None when the part is not what the layer was written for:
+    nothing is replaced, the plugin's own behaviour applies, and one
+    `internals.switched_off` line names it with its `consequence`.
+    """
+    import snakemake_executor_plugin_slurm as plugin
+
+    problem = slurm_plugin_part_problem(part)
+    if problem:
+        switched_off(
+            f"snakemake_executor_plugin_slurm.{part}",
+            problem,
+            consequence,
+            "snakemake-executor-plugin-slurm",
+        )
+        return None
+    owner, _, name = part.rpartition(".")
+    target = getattr(plugin, owner) if owner else plugin
+    new = make(getattr(target, name))
+    setattr(target, name, new)
+    return new

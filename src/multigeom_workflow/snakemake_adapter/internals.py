@@ -18,6 +18,7 @@ import inspect
 
 __all__ = [
     "TESTED",
+    "TESTED_OTHERS",
     "InternalChanged",
     "changed_line",
     "method_problem",
@@ -40,12 +41,14 @@ class InternalChanged(RuntimeError):
     """
 
 
-def snakemake_version() -> str:
-    """The installed Snakemake's version (its distribution's metadata)."""
+def snakemake_version(distribution: str = "snakemake") -> str:
+    """The installed version of `distribution` (Snakemake by default), from its
+    metadata.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("snakemake")
+        return version(distribution)
     except PackageNotFoundError:  # pragma: no cover (the workflow needs it)
         return "?"
 
@@ -79,15 +82,26 @@ def method_problem(
     return None
 
 
-def switched_off(name: str, problem: str, consequence: str) -> str:
+#: Other packages whose internals the adapter uses, with the releases tested
+#: (pyproject.toml's range): the SLURM executor plugin's parts under the workflow's
+#: layers (`acting.SLURM_PLUGIN_PARTS`).
+TESTED_OTHERS = {"snakemake-executor-plugin-slurm": ("2.8.0", "2.8.0")}
+
+
+def switched_off(
+    name: str, problem: str, consequence: str, distribution: str = "snakemake"
+) -> str:
     """
-    Record that the use of internal `name` is off because of `problem`, with its
-    `consequence` (what the user meets instead), and return its line.
+    Record that the use of internal `name` (of `distribution`: Snakemake, or one of
+    `TESTED_OTHERS`) is off because of `problem`, with its `consequence` (what the
+    user meets instead), and return its line.
     """
-    low, high = TESTED
+    low, high = TESTED if distribution == "snakemake" else TESTED_OTHERS[distribution]
+    label = "Snakemake" if distribution == "snakemake" else distribution
     line = (
-        f"Snakemake {snakemake_version()}: {name} {problem}, so the workflow leaves it "
-        f"as it is ({consequence}; tested with Snakemake {low} to {high})"
+        f"{label} {snakemake_version(distribution)}: {name} {problem}, so the "
+        f"workflow leaves it as it is ({consequence}; tested with {label} {low} to "
+        f"{high})"
     )
     _SWITCHED_OFF[name] = line
     return line
