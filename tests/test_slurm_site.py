@@ -728,7 +728,6 @@ def test_accounting_down_during_a_shard_the_run_ends_with_every_image(
     )
     assert "Problem talking to the database: Connection refused" in said[0]
     assert states_once_accounting_is_back(run.first, work, 1) == ["COMPLETED"]
-    print("\n".join(said))
 
 
 def test_a_submission_whose_reply_is_lost_runs_once(
