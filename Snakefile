@@ -7,7 +7,7 @@
 
 from snakemake.utils import min_version
 
-min_version("9.19")
+min_version("9.27")
 
 
 configfile: "config/config.yaml"

@@ -84,18 +84,19 @@ def planned_jobs(result) -> dict[str, int]:
     return counts
 
 
+def python_path(*folders: Path) -> str:
+    """
+    PYTHONPATH with `folders` first, then this process's PYTHONPATH: a Snakemake
+    installed there (``.ci/snakemake-releases`` tries each release that way) stays
+    the one every process of the test runs.
+    """
+    kept = os.environ.get("PYTHONPATH")
+    return os.pathsep.join(p for p in (*map(str, folders), kept) if p)
+
+
 #: The environment of a run in a Python without the Modal executor plugin and the
 #: Modal client (a local or SLURM-only install): tests/data/without_modal.
-WITHOUT_MODAL = {
-    "PYTHONPATH": os.pathsep.join(
-        p
-        for p in (
-            str(REPO / "tests" / "data" / "without_modal"),
-            os.environ.get("PYTHONPATH"),
-        )
-        if p
-    )
-}
+WITHOUT_MODAL = {"PYTHONPATH": python_path(REPO / "tests" / "data" / "without_modal")}
 
 
 @pytest.fixture(scope="session")

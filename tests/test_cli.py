@@ -6,7 +6,7 @@ import hashlib
 import subprocess
 import sys
 
-from conftest import REPO, TINY_CONFIG
+from conftest import REPO, TINY_CONFIG, python_path
 
 
 def cli(workdir, *args):
@@ -117,7 +117,11 @@ def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path):
     marker = mirror / ".snakemake/modal/done/runs/per_image/onoff/complex"
     marker.mkdir(parents=True)
     (marker / "img0000.pt@0123abcd").write_text("0123abcd")
-    env = {**os.environ, "PYTHONPATH": str(FAKE_MODAL), "FAKE_MODAL_DIR": str(fake)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": python_path(FAKE_MODAL),
+        "FAKE_MODAL_DIR": str(fake),
+    }
     opts = ["--modal-volume", "vol", "--modal-volume-prefix", "myrun"]
 
     def run(*args):

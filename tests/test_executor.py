@@ -27,8 +27,8 @@ def test_the_command_line_s_executor_is_the_answer(named):
     assert executor_in_use(named, slurm_asked) == named
 
 
-@pytest.mark.parametrize("command_line", [None, "dryrun"])
-def test_where_the_command_line_does_not_say(monkeypatch, command_line):
+def test_where_the_command_line_does_not_say(monkeypatch):
+    command_line = None  # Snakemake's Python API, or no --executor
     monkeypatch.delitem(sys.modules, run_module.MODAL_PREFLIGHT, raising=False)
     assert executor_in_use(command_line, _given()) == "local"
     slurm = _given({"estimate_image": {"slurm_partition": "gpu"}})

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import run_snakemake, said_lines
+from conftest import python_path, run_snakemake, said_lines
 
 from multigeom_workflow.compute import lock_folder
 from multigeom_workflow.compute.gpus import (
@@ -59,11 +59,6 @@ def flock(fd, operation):
 
 fcntl.flock = flock
 """
-
-
-def python_path(folder: Path) -> str:
-    """PYTHONPATH with `folder` first."""
-    return os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)
 
 
 @pytest.fixture

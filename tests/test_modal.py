@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGURATIONS, REPO, TINY_CONFIG
+from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, python_path
 from snakemake_executor_plugin_modal.staging import default_prefix
 
 FAKE_MODAL = (
@@ -62,7 +62,7 @@ def modal_run(tiny_run, tmp_path_factory):
     fake_dir.mkdir()
     env = {
         **os.environ,
-        "PYTHONPATH": str(FAKE_MODAL),
+        "PYTHONPATH": python_path(FAKE_MODAL),
         "FAKE_MODAL_DIR": str(fake_dir),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "MODAL_TOKEN_ID": "ak-fake-id",
@@ -107,9 +107,8 @@ def test_one_container_per_shard_with_the_configs_gpu(modal_run):
         job.split("rule ")[0] for job in dry.stdout.split("rule estimate_image:")
     ]
     assert len(per_image[1:]) == 8
-    # a dry run knows the run is for Modal on every accepted Snakemake (9.24 to
-    # 9.26 name only their dry-run executor: the Modal plugin's settings made tell,
-    # on_snakemake.run.executor_in_use)
+    # a dry run knows the run is for Modal (Snakemake 9.27 on keeps the executor
+    # asked for in a dry run: pyproject.toml's lower bound; 9.24 to 9.26 fail here)
     assert all("modal_gpu=L4, modal_max_cost_usd=5.0" in j for j in per_image[1:])
     assert {c["cpu"] for c in calls} == {1.0}  # the per-image rule's threads
     assert len({c["app"] for c in calls}) == 1  # one app for the run
@@ -169,7 +168,11 @@ def test_a_folder_of_test_images_is_refused_before_any_container(tiny_run, tmp_p
     shutil.copytree(tiny_run / "runs" / "demo" / "test_images", work / "photos")
     fake_dir = tmp_path / "fake-modal"
     fake_dir.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(FAKE_MODAL), "FAKE_MODAL_DIR": str(fake_dir)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": python_path(FAKE_MODAL),
+        "FAKE_MODAL_DIR": str(fake_dir),
+    }
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/modal"]
     cmd += ["--configfile", str(work / "tests" / "data" / TINY_CONFIG.name)]
     cmd += ["--config", "test_images={source: folder, path: photos}", "--cores", "2"]
@@ -189,7 +192,7 @@ def test_a_rerun_reuses_the_files_on_the_volume(modal_run):
     n_calls = len((fake_dir / "calls.jsonl").read_text().splitlines())
     env = {
         **os.environ,
-        "PYTHONPATH": str(FAKE_MODAL),
+        "PYTHONPATH": python_path(FAKE_MODAL),
         "FAKE_MODAL_DIR": str(fake_dir),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
@@ -232,7 +235,7 @@ def test_modal_check_on_the_fake(tmp_path):
     config.write_text("modal:\n  gpu: L4,T4\n")
     env = {
         **os.environ,
-        "PYTHONPATH": str(FAKE_MODAL),
+        "PYTHONPATH": python_path(FAKE_MODAL),
         "FAKE_MODAL_DIR": str(fake_dir),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
@@ -304,7 +307,7 @@ def test_what_a_modal_run_would_refuse_is_said_before_the_image_is_built(tmp_pat
     fake_dir = tmp_path / "fake-modal"
     fake_dir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_TOKEN")} | {
-        "PYTHONPATH": str(FAKE_MODAL),
+        "PYTHONPATH": python_path(FAKE_MODAL),
         "FAKE_MODAL_DIR": str(fake_dir),
         "FAKE_MODAL_NO_TOKEN": "1",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
@@ -345,7 +348,11 @@ def test_a_mistyped_volume_is_said_not_counted_as_empty(tmp_path):
     so (exit status 2), instead of counting no file there."""
     fake_dir = tmp_path / "fake-modal"
     (fake_dir / "volumes" / "multigeom-fig4de").mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": str(FAKE_MODAL), "FAKE_MODAL_DIR": str(fake_dir)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": python_path(FAKE_MODAL),
+        "FAKE_MODAL_DIR": str(fake_dir),
+    }
     cmd = [sys.executable, "-m", "multigeom_workflow.cli", "progress"]
     cmd += ["--configfile", str(TINY_CONFIG), "--workflow-dir", str(REPO)]
     typo = subprocess.run(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, TINY_CONFIG, planned_jobs, run_snakemake
+from conftest import REPO, TINY_CONFIG, planned_jobs, python_path, run_snakemake
 
 PER_IMAGE_RULES = ("estimate_image", "estimate_image_ceiling")
 
@@ -246,7 +246,7 @@ def test_a_date_the_user_may_not_set_is_said_and_the_run_goes_on(tiny_copy, tmp_
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(REFUSE_UTIME)
-    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    env = {"PYTHONPATH": python_path(site)}
     real = run_snakemake(tiny_copy, env=env)
     assert real.returncode == 0, real.stderr[-3000:]
     lines = [x for x in real.stderr.splitlines() if "could not set the recorded" in x]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, WITHOUT_MODAL
+from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, WITHOUT_MODAL, python_path
 
 from multigeom_workflow.compute.gpus import lock_dir
 from multigeom_workflow.compute.hook import HOOK_ENV
@@ -133,8 +133,7 @@ def status_checks_capped(dest: Path, *more: str) -> dict:
     """
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "sitecustomize.py").write_text("\n".join([_CAP_STATUS_CHECKS, *more]))
-    path = os.environ.get("PYTHONPATH", "")
-    return {"PYTHONPATH": os.pathsep.join([str(dest), path]) if path else str(dest)}
+    return {"PYTHONPATH": python_path(dest)}
 
 
 def user_profile(dest: Path, **resources: str) -> Path:

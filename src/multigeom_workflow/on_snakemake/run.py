@@ -63,15 +63,14 @@ def executor_in_use(command_line: str | None, given: GivenResources) -> str:
         ``--executor`` as Snakemake's command line parsed it
         (`multigeom_workflow.snakemake_adapter.executor_from_command_line`). Where it
         does not name the executor (None: Snakemake's Python API, or no
-        ``--executor``; ``dryrun``: the dry run of Snakemake 9.24 to 9.26 names only
-        its dry-run executor), the run is for Modal when Snakemake made the Modal
+        ``--executor``), the run is for Modal when Snakemake made the Modal
         executor's settings (`modal_requested`), for SLURM when its per-image jobs ask
         SLURM resources (``slurm_*`` in a profile's ``set-resources`` for
         estimate_image or in ``default-resources``), and local otherwise.
     given : GivenResources
         The resources a profile or the command line gave, as written.
     """
-    if command_line not in (None, "dryrun"):
+    if command_line is not None:
         return command_line
     if modal_requested():
         return "modal"

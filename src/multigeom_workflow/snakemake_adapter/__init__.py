@@ -117,7 +117,7 @@ __all__ = [
     "when_plan_built",
 ]
 
-#: The Snakemake internals used here (Snakemake 9.24 to 9.27, the versions CI
+#: The Snakemake internals used here (Snakemake 9.27, the versions CI
 #: tests: `internals.TESTED`), each with its use; tests/test_snakemake_hooks.py
 #: checks that each still exists as used.
 INTERNALS = {

@@ -126,7 +126,8 @@ def executor_from_command_line() -> str | None:
     line parses it inside ``snakemake.cli.args_to_api(args, parser)`` (when it builds
     the DAG API), whose ``args.executor`` is read from the call's frame. Snakemake
     9.27 keeps the intended executor there in a dry run (its dry run is a
-    ``pseudo_executor``); 9.19 to 9.26 set it to ``"dryrun"``. None outside
+    ``pseudo_executor``; 9.19 to 9.26 set it to ``"dryrun"``, which is why
+    pyproject.toml accepts 9.27 and later). None outside
     Snakemake's command line (its Python API).
     """
     value = getattr(_command_line_args(), "executor", None)
