@@ -188,6 +188,61 @@ def run(cmd: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env, capture_output=True, text=True)
 
 
+class BackgroundRun:
+    """
+    The workflow through a profile on the real cluster (`cmd`), started in the
+    background in its own session, with the stand-in estimator (`seconds` an
+    image, each computation recorded in ``records``); `path_first` first on PATH,
+    `env` over the environment (its PYTHONPATH replaces the capped status checks').
+    """
+
+    def __init__(self, tmp_path, cmd, seconds, path_first=None, env=None):
+        self.records = tmp_path / "records.jsonl"
+        self.env = {
+            **os.environ,
+            **STANDIN,
+            STANDIN_ENV: str(seconds),
+            RECORD_ENV: str(self.records),
+            **status_checks_capped(tmp_path / "site"),
+            **(env or {}),
+        }
+        first = [str(path_first)] if path_first else []
+        self.env["PATH"] = os.pathsep.join(
+            [*first, str(Path(sys.executable).parent), self.env["PATH"]]
+        )
+        self.first = last_job_id()
+        self.proc = subprocess.Popen(
+            cmd,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+    def stop(self) -> str:
+        """Interrupt the run (SIGINT to its session, as Ctrl-C); its output."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        return self.proc.communicate(timeout=60)[0]
+
+    def wait_for(self, what: str, ready, seconds: float = 180) -> None:
+        """Wait until `ready()`; fails the test (and stops the run) after `seconds`
+        or when the run ended first."""
+        deadline = time.time() + seconds
+        while not ready():
+            if time.time() > deadline or self.proc.poll() is not None:
+                pytest.fail(f"{what} not in time: {self.stop()[-4000:]}")
+            time.sleep(0.5)
+
+    def output(self, limit: float = 300) -> str:
+        """The run's output once it ended; fails the test if it takes more than
+        `limit` seconds (a hang)."""
+        try:
+            return self.proc.communicate(timeout=limit)[0]
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run hung ({limit} s): {self.stop()[-4000:]}")
+
+
 def assert_equal_to_local(work: Path, tiny_run: Path, files) -> None:
     for f in files:
         rel = Path(f).relative_to(work) if Path(f).is_absolute() else Path(f)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,8 +26,8 @@ from test_slurm import (  # noqa: F401  (slurm_cluster: the fixture)
     ACCOUNT,
     PARTITION,
     REPO,
-    STANDIN,
     STATUS_CAP_S,
+    BackgroundRun,
     compute_records,
     jobs_since,
     last_job_id,
@@ -40,8 +39,6 @@ from test_slurm import (  # noqa: F401  (slurm_cluster: the fixture)
     user_profile,
     workdir_with_assets,
 )
-
-from multigeom_workflow.compute.standin import RECORD_ENV, STANDIN_ENV
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -72,46 +69,23 @@ def compute_spans(path: Path) -> dict[str, list[tuple[float, float | None]]]:
     return spans
 
 
-class Shard:
+class Shard(BackgroundRun):
     """One shard of 4 images running through the profile, ended by a test."""
 
     def __init__(self, tmp_path, tiny_run, profile=None, site=(), *extra):
         self.work = workdir_with_assets(tiny_run, tmp_path / "work")
         self.profile = profile or user_profile(tmp_path / "profile")
-        self.records = tmp_path / "records.jsonl"
-        self.env = {
-            **os.environ,
-            **STANDIN,
-            STANDIN_ENV: str(STANDIN_S),
-            RECORD_ENV: str(self.records),
-            **status_checks_capped(tmp_path / "site", *site),
-        }
-        self.env["PATH"] = os.pathsep.join(
-            [str(Path(sys.executable).parent), self.env["PATH"]]
-        )
-        self.first = last_job_id()
         cmd = slurm_command(self.work, self.profile, "--jobs", "1")
         cmd += ["--until", "estimate_image", "--config", "n_images=1"]
         self.cmd = [*cmd, "noise_ceiling_images=0", *extra]
-        self.proc = subprocess.Popen(
-            self.cmd,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        capped = status_checks_capped(tmp_path / "site", *site)
+        super().__init__(tmp_path, self.cmd, STANDIN_S, env=capped)
         self.finished: dict[str, bytes] = {}
 
     def wait_for_two_images(self, n: int = 2) -> str:
         """Wait until `n` images are done; returns the running allocation's job id."""
-        deadline = time.time() + 180
-        while len(compute_records(self.records)) < n:
-            if time.time() > deadline or self.proc.poll() is not None:
-                self.proc.kill()
-                out = self.proc.communicate()[0]
-                pytest.fail(f"2 images were not done in time: {out[-3000:]}")
-            time.sleep(0.5)
+        done = f"{n} images done"
+        self.wait_for(done, lambda: len(compute_records(self.records)) >= n)
         for f in compute_records(self.records):
             # each image as it was finished (a requeued run's Snakemake removes the
             # outputs before it takes them back: read them once, when they are new)
@@ -121,13 +95,8 @@ class Shard:
         assert jobs and jobs[-1]["State"] == "RUNNING", jobs
         return jobs[-1]["JobIDRaw"]
 
-    def output(self) -> str:
-        try:
-            return self.proc.communicate(timeout=RUN_LIMIT_S)[0]
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            out = self.proc.communicate(timeout=60)[0]
-            pytest.fail(f"the run hung ({RUN_LIMIT_S} s): {out[-4000:]}")
+    def output(self, limit: float = RUN_LIMIT_S) -> str:
+        return super().output(limit)
 
     def files(self) -> list[str]:
         return sorted(str(f) for f in self.work.glob("runs/per_image/*/*/img*.pt"))

@@ -35,6 +35,7 @@ from conftest import REPO
 from test_slurm import (  # noqa: F401  (slurm_cluster: the fixture)
     CLUSTER_SCRIPT,
     STANDIN,
+    BackgroundRun,
     compute_records,
     jobs_since,
     last_job_id,
@@ -46,8 +47,6 @@ from test_slurm import (  # noqa: F401  (slurm_cluster: the fixture)
 )
 
 from multigeom_workflow.compute.standin import (
-    RECORD_ENV,
-    STANDIN_ENV,
     simulated_scenario,
 )
 from multigeom_workflow.on_slurm import status
@@ -609,52 +608,6 @@ def shim(folder: Path, name: str, body: str) -> Path:
     return folder
 
 
-class Run:
-    """The workflow through a profile on the real cluster, started in the
-    background, with the stand-in estimator (`seconds` an image)."""
-
-    def __init__(self, tmp_path, cmd, seconds, path_first=None, env=None):
-        self.records = tmp_path / "records.jsonl"
-        self.env = {
-            **os.environ,
-            **STANDIN,
-            STANDIN_ENV: str(seconds),
-            RECORD_ENV: str(self.records),
-            **status_checks_capped(tmp_path / "site"),
-            **(env or {}),
-        }
-        first = [str(path_first)] if path_first else []
-        self.env["PATH"] = os.pathsep.join(
-            [*first, str(Path(sys.executable).parent), self.env["PATH"]]
-        )
-        self.first = last_job_id()
-        self.proc = subprocess.Popen(
-            cmd,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-
-    def wait_for(self, what, ready, seconds=180):
-        deadline = time.time() + seconds
-        while not ready():
-            if time.time() > deadline or self.proc.poll() is not None:
-                os.killpg(self.proc.pid, signal.SIGINT)
-                out = self.proc.communicate(timeout=60)[0]
-                pytest.fail(f"{what} not in time: {out[-4000:]}")
-            time.sleep(0.5)
-
-    def output(self, limit=RUN_LIMIT_S) -> str:
-        try:
-            return self.proc.communicate(timeout=limit)[0]
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            out = self.proc.communicate(timeout=60)[0]
-            pytest.fail(f"the run hung ({limit} s): {out[-4000:]}")
-
-
 def shard_of_four(tmp_path, tiny_run, profile=None):
     """One shard of the reduced demo's 4 first estimates."""
     work = workdir_with_assets(tiny_run, tmp_path / "work")
@@ -709,13 +662,13 @@ def test_accounting_down_during_a_shard_the_run_ends_with_every_image(
     waited for ever).
     """
     work, cmd = shard_of_four(tmp_path, tiny_run)
-    run = Run(tmp_path, cmd, seconds=3)
+    run = BackgroundRun(tmp_path, cmd, seconds=3)
     run.wait_for("the first image", lambda: len(compute_records(run.records)) >= 1)
     with accounting_stopped():
         stopped = time.time()
         while time.time() < stopped + 30 and run.proc.poll() is None:
             time.sleep(0.5)
-    output = run.output()
+    output = run.output(RUN_LIMIT_S)
     assert run.proc.returncode == 0, output[-5000:]
     files = sorted(work.glob("runs/per_image/*/*/img*.pt"))
     assert len(files) == 4, files
@@ -754,8 +707,8 @@ echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv 
 operation" >&2
 exit 1""",
     )
-    run = Run(tmp_path, cmd, seconds=1, path_first=folder)
-    output = run.output()
+    run = BackgroundRun(tmp_path, cmd, seconds=1, path_first=folder)
+    output = run.output(RUN_LIMIT_S)
     assert run.proc.returncode == 0, output[-5000:]
     jobs = jobs_since(run.first, work)
     assert [j["State"] for j in jobs] == ["COMPLETED"], jobs
@@ -806,7 +759,7 @@ exec "$REAL" "$@\"""",
     cmd += ["--configfile", str(config), "--jobs", "1", "--until", "estimate_image"]
     cmd += ["--config", "noise_ceiling_images=0", "--retries", "0"]
     cmd += ["--slurm-init-seconds-before-status-checks", "1"]
-    run = Run(tmp_path, cmd, seconds=0, path_first=folder, env=env)
+    run = BackgroundRun(tmp_path, cmd, seconds=0, path_first=folder, env=env)
     run.wait_for(
         "the shard's allocation",
         lambda: jobs_since(run.first, work),
