@@ -295,3 +295,43 @@ def test_the_paper_s_budget_starts_every_shard_at_once():
     n, worst = shards_at_once(plan.limits, price, scenario.modal["max_cost_usd"])
     assert len(plan.shards) == 10 and n == 10
     assert sum(worst) <= scenario.modal["max_cost_usd"] < 2 * sum(worst)
+
+
+@pytest.mark.parametrize("executor", ["modal", "local"])
+def test_a_dry_run_reads_the_timings_once(monkeypatch, executor):
+    """The dry run's estimate, the Modal budget before the plan and the shards of
+    Snakemake's plan on Modal all read the run's timings, from one reading
+    (`Run.timings`); the lines are those of a reading each."""
+    from types import SimpleNamespace
+
+    from multigeom_workflow.on_snakemake import estimate
+    from multigeom_workflow.on_snakemake.run import Run
+    from multigeom_workflow.planning import cost
+    from multigeom_workflow.scenario.load import validated_scenario
+    from multigeom_workflow.settings.load import load_config
+    from multigeom_workflow.snakemake_adapter import GivenResources
+
+    files = [str(REPO / "config" / "config.yaml"), str(REPO / "config" / "paper.yaml")]
+    scenario = validated_scenario(load_config(files, [], REPO), REPO, remote=True)
+    # 12 s per image measured on this GPU, whatever the files
+    measured = [("cuda", "NVIDIA A100-SXM4-80GB", 12.0)] * 8
+    reads = []
+    monkeypatch.setattr(
+        cost, "read_timings", lambda *a, **k: reads.append(1) or measured
+    )
+
+    def new_run():
+        facts = SimpleNamespace(cores=2, nodes=10, dryrun=True)
+        return Run(
+            scenario=scenario, executor=executor, facts=facts, given=GivenResources()
+        )
+
+    planned = scenario.computations()[:40]
+    run = new_run()
+    estimate.modal_estimate_now(run)
+    once = estimate.estimate_text(None, run, planned)
+    assert len(reads) == 1
+    assert "12 s per image" in "\n".join(once), once
+    # a reading each (a fresh Run each time): the same lines
+    assert estimate.estimate_text(None, new_run(), planned) == once
+    assert len(reads) == 2

@@ -83,6 +83,7 @@ def estimates_of_plan(run: Run, planned):
         run.facts.nodes,
         run.given.limits,
         pending=pending,
+        timings=run.timings,
     )
     return done, ceiling, pending, local, modal, why
 
@@ -95,6 +96,7 @@ def modal_estimate_now(run: Run):
         run.facts.cores,
         run.facts.nodes,
         run.given.limits,
+        timings=run.timings,
     )[1]
 
 
@@ -107,9 +109,8 @@ def estimate_text(workflow, run: Run, planned) -> list[str]:
         jobs[(c.configuration, c.index)] = jobs.get((c.configuration, c.index), 0) + 1
     computations = [(config, i, jobs[(config, i)]) for config, i in pending]
     if run.on_modal and computations:  # the shards of Snakemake's plan, at once?
-        shards = modal_plan(
-            run.scenario, num_shards(run.shards_setting, run.facts.nodes)
-        ).replanned(computations)
+        wanted = num_shards(run.shards_setting, run.facts.nodes)
+        shards = modal_plan(run.scenario, wanted, run.timings).replanned(computations)
         line = concurrency_line(
             shards.limits,
             modal.price_usd_per_s,
@@ -130,6 +131,7 @@ def estimate_text(workflow, run: Run, planned) -> list[str]:
                 False,
                 planned=computations,
                 executor=run.executor,
+                timings=run.timings,
             )
         asked = shard_request(adapter.resources_in_force(workflow, ESTIMATE_RULE))
         lines += slurm.lines(asked)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 
+from ..planning.cost import run_timings
 from ..planning.shards import SHARD_GROUP, shard_name
 from ..planning.slurm import ShardPlan
 from ..scenario import Scenario
@@ -141,6 +143,16 @@ class Run:
     given: GivenResources = field(default_factory=GivenResources)
     refused_dates: list[str] = field(default_factory=list)
     planned: list[Computation] | None = None
+
+    @cached_property
+    def timings(self) -> list[tuple[str, str, float]]:
+        """
+        The run's measured timings, (device, device name, seconds) of its newest
+        per-image files in its engine and precision (`run_timings`), read once per
+        process: the shards' time limits at parse, the estimates and the Modal
+        budget once the plan is built (a dry run read them twice before).
+        """
+        return run_timings(self.scenario)
 
     @property
     def on_slurm(self) -> bool:

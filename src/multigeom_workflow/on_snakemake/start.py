@@ -217,6 +217,7 @@ def _start(workflow, config: dict) -> Run:
             config["shards"],
             not main,
             executor=run.executor,
+            timings=run.timings,
         )
     except ConfigError as err:
         sys.exit(f"config error: {err}")
@@ -232,7 +233,7 @@ def _start(workflow, config: dict) -> Run:
         if run.on_modal:
             # on Modal: each shard's timeout (and the budget guard's worst case)
             # from its work, not the profile's 6 h
-            run.modal = modal_plan(scenario, run.n_shards)
+            run.modal = modal_plan(scenario, run.n_shards, run.timings)
             run.runtimes = run.modal.runtimes()
         if run.slurm or run.modal:
             plan = run.slurm or run.modal

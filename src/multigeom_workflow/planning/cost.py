@@ -46,6 +46,7 @@ __all__ = [
     "modal_prices",
     "monte_carlo_work",
     "read_timings",
+    "run_timings",
 ]
 
 #: What the estimate says of Modal where the Modal executor plugin is not installed
@@ -294,6 +295,19 @@ def read_timings(
         except Exception:  # a damaged file or another format: not a measurement
             continue  # (`multigeom-workflow verify` names it)
     return timings
+
+
+def run_timings(scenario) -> list[tuple[str, str, float]]:
+    """
+    `read_timings` of a run's own per-image files (``scenario.per_image_files()``)
+    in its engine and precision: what every estimate of the run's seconds per image
+    reads (the dry run's, the shards' time limits on SLURM and Modal, the Modal
+    budget); `multigeom_workflow.on_snakemake.run.Run.timings` reads it once per
+    process.
+    """
+    return read_timings(
+        scenario.per_image_files(), engine=scenario.engine, precision=scenario.precision
+    )
 
 
 def measured_seconds_per_image(

@@ -29,7 +29,7 @@ from .cost import (
     measured_seconds_per_image,
     modal_prices,
     monte_carlo_work,
-    read_timings,
+    run_timings,
 )
 from .shards import make_shards
 
@@ -131,6 +131,7 @@ def run_estimates(
     nodes: int | None,
     resources: dict,
     pending: list[tuple[tuple[str, str], int]] | None = None,
+    timings: list | None = None,
 ) -> tuple[CostEstimate, CostEstimate, str]:
     """
     The estimates of the work left (`done`: per configuration, computations not left
@@ -138,22 +139,18 @@ def run_estimates(
     that the per-image jobs ask the Modal executor for; ``--jobs`` containers or Modal
     Starter's 10), and why the local run has its number of workers. `pending`: the
     images to compute, ((encoder, area), index), as shards take them (default: those
-    with a file missing, `pending_images`).
+    with a file missing, `pending_images`). `timings`: the run's measured timings
+    (`run_timings`, read here when not given and work is left).
 
     Start-ups: with warm workers, one per (worker, configuration with work left), at
     most one per image; with cold jobs, one per per-image job.
     """
     left = sum(total - n for n, total in done.values())
     workers, why = local_workers(scenario, cores, resources)
-    timings = (
-        read_timings(
-            scenario.per_image_files(),
-            engine=scenario.engine,
-            precision=scenario.precision,
-        )
-        if left
-        else []
-    )
+    if not left:
+        timings = []
+    elif timings is None:
+        timings = run_timings(scenario)
     kind = "gpu" if scenario.uses_gpu else "cpu"
     spi, source = (
         _seconds_per_image(scenario, timings, kind) if left else (0.0, "nothing left")

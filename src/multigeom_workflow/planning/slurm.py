@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from ..scenario import Scenario
 from ..settings.errors import ConfigError
 from ..settings.names import ESTIMATE_RULE
-from .cost import DEFAULT_STARTUP_S, read_timings
+from .cost import DEFAULT_STARTUP_S, run_timings
 from .plan import _seconds_per_image, pending_images
 from .shards import make_shards, num_shards, shard_name
 
@@ -437,7 +437,9 @@ def shard_plan(
 MODAL_CAP_MIN = 1440
 
 
-def modal_plan(scenario: Scenario, wanted: int) -> ShardPlan:
+def modal_plan(
+    scenario: Scenario, wanted: int, timings: list | None = None
+) -> ShardPlan:
     """
     The shards of a run on Modal and their time limits, as for SLURM (`shard_plan`:
     `MARGIN` x the work + `ALLOCATION_S`, the seconds per image those of the dry
@@ -453,13 +455,12 @@ def modal_plan(scenario: Scenario, wanted: int) -> ShardPlan:
     scenario : Scenario
     wanted : int
         Shards asked for (``--jobs``, or the config key ``shards``).
+    timings : list, optional
+        The run's measured timings (`run_timings`, read here when not given).
     """
-    timings = read_timings(
-        scenario.per_image_files(), engine=scenario.engine, precision=scenario.precision
-    )
     return shard_plan(
         scenario,
-        timings,
+        run_timings(scenario) if timings is None else timings,
         wanted,
         profile_cap=MODAL_CAP_MIN,
         cluster=False,
@@ -475,6 +476,7 @@ def plan_for_run(
     remote_exec: bool,
     planned: list | None = None,
     executor: str = "slurm",
+    timings: list | None = None,
 ) -> ShardPlan | None:
     """
     The `ShardPlan` of a run for SLURM, or None for any other run: one whose executor
@@ -496,6 +498,8 @@ def plan_for_run(
         As for `shard_plan`: Snakemake's plan (the dry run's estimate).
     executor : str
         The executor in use (`multigeom_workflow.on_snakemake.run.executor_in_use`).
+    timings : list, optional
+        The run's measured timings (`run_timings`, read here when not given).
     """
     if remote_exec or executor != "slurm":
         return None
@@ -512,11 +516,7 @@ def plan_for_run(
         )
     return shard_plan(
         scenario,
-        read_timings(
-            scenario.per_image_files(),
-            engine=scenario.engine,
-            precision=scenario.precision,
-        ),
+        run_timings(scenario) if timings is None else timings,
         num_shards(shards_setting, nodes),
         partition=given.of_rule(ESTIMATE_RULE, "slurm_partition"),
         profile_cap=cap_min,
