@@ -1,0 +1,215 @@
+"""
+Handshake, environment and app RPCs of the local Modal server.
+
+Served, each with the client code it answers (modal 1.6.4):
+
+- ``ClientHello``: ``Client.hello()`` / ``Client.verify`` (modal/client.py); the
+  client does not send it by itself when it connects (``_Client._open`` only opens
+  the channel), so credentials are checked on every RPC (:mod:`.server`).
+- ``EnvironmentGetOrCreate``: the environment an app or image resolves
+  (modal/_environments.py, ``_get_environment_cached``,
+  ``_Environment._get_or_create``).
+- ``AppCreate``, ``AppPublish``, ``AppHeartbeat``, ``AppClientDisconnect``: what
+  ``with app.run():`` sends for an ephemeral app (modal/runner.py, ``_run_app``:
+  ``_init_local_app_new``, a heartbeat every ``heartbeat_interval`` seconds,
+  ``_create_all_objects`` then ``_publish_app``, and ``_status_based_disconnect`` at
+  the end or on an error).
+- ``AppStop``: ``App.stop()`` and ``modal app stop`` (modal/app.py, modal/cli/app.py).
+
+An ephemeral app is stopped when its client disconnects ("Terminates all running tasks
+for ephemeral apps", modal/runner.py, ``_disconnect``); a detached app keeps running
+(``APP_STATE_DETACHED_DISCONNECTED``). Deployed apps are not served (UNIMPLEMENTED).
+"""
+
+from __future__ import annotations
+
+from google.protobuf import empty_pb2
+from grpclib import GRPCError, Status
+from modal_proto import api_pb2
+
+from .state import AppRecord, new_id
+from .volumes import DEFAULT_ENVIRONMENT
+
+__all__ = ["IMAGE_BUILDER_VERSION", "AppRpcs"]
+
+#: The environment's image builder version: one the client supports (modal 1.6.4,
+#: modal/_image.py, ``ImageBuilderVersion``); images are built in phase 2.
+IMAGE_BUILDER_VERSION = "2025.06"
+
+#: App states an ``AppCreate`` or ``AppPublish`` may ask for here (``app.run()``
+#: with or without ``detach``; a deployment starts ``APP_STATE_INITIALIZING``).
+_RUN_STATES = (api_pb2.APP_STATE_EPHEMERAL, api_pb2.APP_STATE_DETACHED)
+
+
+class AppRpcs:
+    """
+    Mixin of the local Modal server serving the handshake, environments and apps (see
+    the module's docstring).
+
+    Needs ``self.state`` (:class:`~.state.ServerState`) and ``self.base_url`` (the
+    HTTP server's URL, for the app page URLs it answers).
+    """
+
+    def _app(self, app_id: str) -> AppRecord:
+        with self.state.lock:
+            app = self.state.apps.get(app_id)
+        if app is None:
+            raise GRPCError(Status.NOT_FOUND, f"App {app_id} not found")
+        return app
+
+    async def ClientHello(self, stream) -> None:
+        """Answer an empty hello: no server warnings (modal/client.py, ``hello``)."""
+        await stream.recv_message()
+        await stream.send_message(api_pb2.ClientHelloResponse())
+
+    async def EnvironmentGetOrCreate(self, stream) -> None:
+        """
+        Look an environment up by name (``""``: the default, ``main``), creating it
+        with ``create_if_missing``.
+
+        Raises
+        ------
+        grpclib.GRPCError
+            NOT_FOUND for a missing environment without ``create_if_missing``.
+        """
+        req = await stream.recv_message()
+        name = req.deployment_name or DEFAULT_ENVIRONMENT
+        with self.state.lock:
+            env_id = self.state.environments.get(name)
+            if env_id is None:
+                if (
+                    req.object_creation_type
+                    != api_pb2.OBJECT_CREATION_TYPE_CREATE_IF_MISSING
+                ):
+                    raise GRPCError(Status.NOT_FOUND, f"Environment '{name}' not found")
+                env_id = self.state.environments[name] = new_id("en")
+        await stream.send_message(
+            api_pb2.EnvironmentGetOrCreateResponse(
+                environment_id=env_id,
+                metadata=api_pb2.EnvironmentMetadata(
+                    name=name,
+                    settings=api_pb2.EnvironmentSettings(
+                        image_builder_version=IMAGE_BUILDER_VERSION
+                    ),
+                ),
+            )
+        )
+
+    async def AppCreate(self, stream) -> None:
+        """
+        Create an app in the state asked (``APP_STATE_EPHEMERAL`` for ``app.run()``,
+        ``APP_STATE_DETACHED`` for ``app.run(detach=True)``).
+
+        Raises
+        ------
+        grpclib.GRPCError
+            NOT_FOUND for a missing environment; UNIMPLEMENTED for another state.
+        """
+        req = await stream.recv_message()
+        if req.app_state not in _RUN_STATES:
+            raise GRPCError(
+                Status.UNIMPLEMENTED,
+                "UNIMPLEMENTED: AppCreate in state "
+                f"{api_pb2.AppState.Name(req.app_state)}",
+            )
+        env = req.environment_name or DEFAULT_ENVIRONMENT
+        if env not in self.state.environments:
+            raise GRPCError(Status.NOT_FOUND, f"Environment '{env}' not found")
+        app = AppRecord(
+            app_id=new_id("ap"),
+            description=req.description,
+            environment=env,
+            state=req.app_state,
+            created_at=self.state.now(),
+        )
+        with self.state.lock:
+            self.state.apps[app.app_id] = app
+        await stream.send_message(
+            api_pb2.AppCreateResponse(
+                app_id=app.app_id,
+                app_page_url=f"{self.base_url}/apps/{app.app_id}",
+                app_logs_url=f"{self.base_url}/apps/{app.app_id}/logs",
+            )
+        )
+
+    async def AppPublish(self, stream) -> None:
+        """
+        Record an app's functions and classes and its state (``_publish_app``,
+        modal/runner.py); answer ``deployed_at`` (now, seconds since the epoch).
+
+        Raises
+        ------
+        grpclib.GRPCError
+            NOT_FOUND for an unknown app; UNIMPLEMENTED for a deployment (a name, or
+            ``APP_STATE_DEPLOYED``).
+        """
+        req = await stream.recv_message()
+        app = self._app(req.app_id)
+        if req.name or req.app_state not in _RUN_STATES:
+            raise GRPCError(
+                Status.UNIMPLEMENTED,
+                "UNIMPLEMENTED: AppPublish of a deployment "
+                f"({api_pb2.AppState.Name(req.app_state)}, name {req.name!r})",
+            )
+        with self.state.lock:
+            app.published += 1
+            app.state = req.app_state
+            app.function_ids = dict(req.function_ids)
+        await stream.send_message(
+            api_pb2.AppPublishResponse(deployed_at=self.state.now())
+        )
+
+    async def AppHeartbeat(self, stream) -> None:
+        """
+        Record the time of an app's heartbeat (``_heartbeat``, modal/runner.py).
+
+        Raises
+        ------
+        grpclib.GRPCError
+            NOT_FOUND for an unknown app.
+        """
+        req = await stream.recv_message()
+        app = self._app(req.app_id)
+        with self.state.lock:
+            app.heartbeats.append(self.state.now())
+        await stream.send_message(empty_pb2.Empty())
+
+    async def AppClientDisconnect(self, stream) -> None:
+        """
+        Record the client's disconnect (reason, exception text); stop an ephemeral
+        app, mark a detached one ``APP_STATE_DETACHED_DISCONNECTED``
+        (``_disconnect``, modal/runner.py).
+
+        Raises
+        ------
+        grpclib.GRPCError
+            NOT_FOUND for an unknown app.
+        """
+        req = await stream.recv_message()
+        app = self._app(req.app_id)
+        with self.state.lock:
+            app.disconnect_reason = req.reason
+            app.disconnect_exception = req.exception
+            if app.state == api_pb2.APP_STATE_DETACHED:
+                app.state = api_pb2.APP_STATE_DETACHED_DISCONNECTED
+            elif app.state != api_pb2.APP_STATE_STOPPED:
+                app.state = api_pb2.APP_STATE_STOPPED
+                app.stopped_at = self.state.now()
+        await stream.send_message(empty_pb2.Empty())
+
+    async def AppStop(self, stream) -> None:
+        """
+        Stop an app (``App.stop``, modal/app.py).
+
+        Raises
+        ------
+        grpclib.GRPCError
+            NOT_FOUND for an unknown app.
+        """
+        req = await stream.recv_message()
+        app = self._app(req.app_id)
+        with self.state.lock:
+            if app.state != api_pb2.APP_STATE_STOPPED:
+                app.state = api_pb2.APP_STATE_STOPPED
+                app.stopped_at = self.state.now()
+        await stream.send_message(empty_pb2.Empty())

@@ -1,0 +1,308 @@
+"""
+The local Modal server: gRPC (grpclib) and plain HTTP on 127.0.0.1, in a background
+thread of the test process, for the real ``modal`` client pointed at it by
+``MODAL_SERVER_URL``.
+
+The client opens a plain-text HTTP/2 channel for an ``http://`` URL (modal 1.6.4,
+modal/_utils/grpc_utils.py, ``create_channel``: TLS only for ``https``) and sends
+its credentials as metadata on every request: ``x-modal-token-id`` and
+``x-modal-token-secret`` with ``x-modal-client-type`` ``CLIENT_TYPE_CLIENT``
+(modal/client.py, ``_get_metadata``). This server checks them on every RPC and answers
+UNAUTHENTICATED otherwise, which the client raises as ``modal.exception.AuthError``
+(modal/_grpc_client.py). Containers (``CLIENT_TYPE_CONTAINER``, no token) come in
+phase 2 and are refused here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpclib.events
+from aiohttp import web
+from grpclib import GRPCError, Status
+from grpclib.server import Server
+from modal_proto import api_pb2
+
+from .apps import AppRpcs
+from .base import UnimplementedModalServer
+from .blobs import ContentStore, http_app
+from .state import CallRecord, ServerState, new_id
+from .volumes import DEFAULT_ENVIRONMENT, VolumeRpcs
+
+__all__ = ["LocalModal", "LocalModalServer", "serve"]
+
+#: Metadata not recorded in :attr:`~.state.CallRecord.metadata`.
+_SECRET_KEYS = frozenset({"x-modal-token-secret"})
+
+
+class LocalModalServer(AppRpcs, VolumeRpcs, UnimplementedModalServer):
+    """
+    The gRPC servicer: :class:`~.apps.AppRpcs` and :class:`~.volumes.VolumeRpcs`
+    over a base whose every other RPC answers UNIMPLEMENTED (:mod:`.base`).
+
+    Parameters
+    ----------
+    state : ServerState
+        What it holds and records.
+    store : ContentStore
+        Where uploaded bytes are kept.
+    base_url : str
+        The HTTP server's URL (``http://127.0.0.1:<port>``).
+    """
+
+    def __init__(self, state: ServerState, store: ContentStore, base_url: str):
+        self.state = state
+        self.store = store
+        self.base_url = base_url
+
+    async def on_request(self, event: grpclib.events.RecvRequest) -> None:
+        """
+        Record the call and check its credentials (a grpclib ``RecvRequest``
+        listener); wrap the handler so that its request messages and final status are
+        recorded too.
+
+        Raises
+        ------
+        grpclib.GRPCError
+            UNAUTHENTICATED for another client type or other credentials.
+        """
+        metadata = {
+            k: v
+            for k, v in event.metadata.items()
+            if isinstance(v, str) and k not in _SECRET_KEYS
+        }
+        record = CallRecord(
+            method=event.method_name.rsplit("/", 1)[-1],
+            at=self.state.now(),
+            metadata=metadata,
+        )
+        with self.state.lock:
+            self.state.calls.append(record)
+        client_type = event.metadata.get("x-modal-client-type")
+        if client_type != str(api_pb2.CLIENT_TYPE_CLIENT):
+            record.status = Status.UNAUTHENTICATED.name
+            raise GRPCError(
+                Status.UNAUTHENTICATED,
+                f"client type {client_type!r}: only CLIENT_TYPE_CLIENT is served",
+            )
+        if (
+            event.metadata.get("x-modal-token-id") != self.state.token_id
+            or event.metadata.get("x-modal-token-secret") != self.state.token_secret
+        ):
+            record.status = Status.UNAUTHENTICATED.name
+            raise GRPCError(Status.UNAUTHENTICATED, "Token ID or secret is invalid")
+        handler = event.method_func
+
+        async def recorded(stream) -> None:
+            receive = stream.recv_message
+
+            async def recv_message():
+                message = await receive()
+                if message is not None:
+                    record.requests.append(message)
+                return message
+
+            stream.recv_message = recv_message
+            try:
+                await handler(stream)
+            except GRPCError as e:
+                record.status = e.status.name
+                raise
+            record.status = "OK"
+
+        event.method_func = recorded
+
+
+def _listening_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+class LocalModal:
+    """
+    A running local Modal server (gRPC and HTTP), its state and the environment a
+    client process needs to use it.
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        The server's folder (volumes, uploaded bytes); made if missing.
+    token_id, token_secret : str
+        The credentials it accepts.
+
+    Attributes
+    ----------
+    url : str
+        ``http://127.0.0.1:<port>``: the gRPC server, for ``MODAL_SERVER_URL``.
+    http_url : str
+        ``http://127.0.0.1:<port>``: the HTTP server of upload and download URLs.
+    state : ServerState
+        What the server holds and recorded.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        token_id: str = "ak-local-test",
+        token_secret: str = "as-local-test",
+    ):
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        self.state = ServerState(root, token_id, token_secret)
+        self.state.environments[DEFAULT_ENVIRONMENT] = new_id("en")
+        self.store = ContentStore(root)
+        self.url = self.http_url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout_s: float = 10.0) -> LocalModal:
+        """
+        Start both servers in a background thread; returns ``self``.
+
+        Raises
+        ------
+        RuntimeError
+            If it is running already.
+        concurrent.futures.TimeoutError
+            If the servers did not listen within ``timeout_s`` seconds.
+        """
+        if self._thread is not None:
+            raise RuntimeError("the local Modal server is running already")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="local-modal-server", daemon=True
+        )
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout_s)
+        return self
+
+    async def _start(self) -> None:
+        http_sock, grpc_sock = _listening_socket(), _listening_socket()
+        self.http_url = f"http://127.0.0.1:{http_sock.getsockname()[1]}"
+        self.url = f"http://127.0.0.1:{grpc_sock.getsockname()[1]}"
+        self.store.base_url = self.http_url
+        self._runner = web.AppRunner(http_app(self.store), access_log=None)
+        await self._runner.setup()
+        await web.SockSite(self._runner, http_sock).start()
+        self.servicer = LocalModalServer(self.state, self.store, self.http_url)
+        self._grpc = Server([self.servicer])
+        grpclib.events.listen(
+            self._grpc, grpclib.events.RecvRequest, self.servicer.on_request
+        )
+        await self._grpc.start(sock=grpc_sock)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop both servers and their thread (running requests are cancelled)."""
+        if self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout_s)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout_s)
+        self._loop.close()
+        self._thread = self._loop = None
+
+    async def _stop(self) -> None:
+        self._grpc.close()
+        await self._grpc.wait_closed()
+        await self._runner.cleanup()
+
+    def client_env(
+        self, base: dict[str, str] | None = None, heartbeat_interval_s: float = 15.0
+    ) -> dict[str, str]:
+        """
+        The environment of a process running the real ``modal`` client against this
+        server.
+
+        Parameters
+        ----------
+        base : dict, optional
+            The environment to start from (default: ``os.environ``).
+        heartbeat_interval_s : float
+            Seconds between an app's heartbeats (``MODAL_HEARTBEAT_INTERVAL``, read
+            when ``modal.client`` is imported; Modal's default is 15).
+
+        Returns
+        -------
+        dict
+            ``base`` with ``MODAL_SERVER_URL``, the credentials, a ``.modal.toml`` path
+            that does not exist (``MODAL_CONFIG_PATH``, modal/config.py), 127.0.0.1
+            left out of any proxy (``NO_PROXY``, modal/_utils/proxy_support.py), no
+            other ``MODAL_*`` setting, and no ``PYTHONPATH`` entry of the plugin's
+            fake ``modal`` package (``tests/fake_modal``).
+        """
+        env = {
+            k: v
+            for k, v in (os.environ if base is None else base).items()
+            if not k.startswith("MODAL_")
+        }
+        fake = str(Path(__file__).resolve().parents[1] / "fake_modal")
+        paths = [
+            p
+            for p in env.get("PYTHONPATH", "").split(os.pathsep)
+            if p and Path(p).resolve() != Path(fake)
+        ]
+        if paths:
+            env["PYTHONPATH"] = os.pathsep.join(paths)
+        else:
+            env.pop("PYTHONPATH", None)
+        no_proxy = [p for p in env.get("NO_PROXY", "").split(",") if p]
+        env["NO_PROXY"] = env["no_proxy"] = ",".join([*no_proxy, "127.0.0.1"])
+        env.update(
+            MODAL_SERVER_URL=self.url,
+            MODAL_TOKEN_ID=self.state.token_id,
+            MODAL_TOKEN_SECRET=self.state.token_secret,
+            MODAL_CONFIG_PATH=str(self.state.root / "no-modal.toml"),
+            MODAL_HEARTBEAT_INTERVAL=str(heartbeat_interval_s),
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    def __enter__(self) -> LocalModal:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+@contextmanager
+def serve(root: Path, **kwargs) -> Iterator[LocalModal]:
+    """
+    Run a local Modal server for the block's duration.
+
+    Parameters
+    ----------
+    root : pathlib.Path
+        Its folder (see :class:`LocalModal`).
+    **kwargs
+        ``token_id``, ``token_secret``.
+
+    Yields
+    ------
+    LocalModal
+        The running server: its ``url``, ``state`` and ``client_env()``.
+    """
+    server = LocalModal(root, **kwargs)
+    with server:
+        yield server
+
+
+if __name__ == "__main__":  # a server for a manual try: prints its URL, runs until ^C
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory() as tmp, serve(Path(tmp)) as s:
+        print(f"MODAL_SERVER_URL={s.url}", file=sys.stderr)
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
