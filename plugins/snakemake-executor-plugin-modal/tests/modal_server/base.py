@@ -23,6 +23,7 @@ RPC_NAMES: frozenset[str] = frozenset(ModalClientBase.__abstractmethods__)
 
 def _unimplemented(name: str):
     async def handler(self, stream) -> None:
+        await stream.recv_message()  # recorded by the server (server.py, on_request)
         # grpclib sends the status and message as the response's trailers; the client
         # turns UNIMPLEMENTED into modal.exception.UnimplementedError without retrying
         # (modal 1.6.4, modal/_grpc_client.py, _STATUS_TO_EXCEPTION; modal/_utils/

@@ -1,0 +1,383 @@
+"""
+The local Modal server (``tests/modal_server``) driven by the real, unmodified
+``modal`` client (issue 37, phase 1): volumes, an ephemeral app, credentials, and an
+RPC the server does not serve.
+
+The client runs in a subprocess: ``modal.client`` reads its heartbeat interval when
+imported and keeps one client per process (``_Client.from_env``), and this folder's
+``conftest.py`` swaps the fake ``modal`` package into ``sys.modules`` for the tests that
+use it. The subprocess gets no ``PYTHONPATH`` entry of ``tests/fake_modal`` and no other
+``MODAL_*`` setting (``LocalModal.client_env``); each script checks that ``modal`` is
+the installed package. The server runs in a thread of the test process, whose state the
+tests read directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from grpclib import GRPCError, Status
+from modal_proto import api_pb2
+
+from .modal_server import (
+    RPC_NAMES,
+    LocalModalServer,
+    UnimplementedModalServer,
+    implemented_rpcs,
+    serve,
+)
+from .modal_server.volumes import BLOCK_SIZE
+
+MiB = 1024 * 1024
+
+#: What the client's script starts with: the real ``modal`` and an ``out`` dict that is
+#: printed as JSON on its last line.
+_PRELUDE = """
+import json, sys
+import modal
+assert "site-packages" in modal.__file__, modal.__file__
+arg = json.loads(sys.argv[1])
+out = {"modal_file": modal.__file__}
+"""
+
+
+@pytest.fixture
+def local_modal(tmp_path):
+    """A running local Modal server (``LocalModal``), stopped after the test."""
+    with serve(tmp_path / "server") as server:
+        yield server
+
+
+def run_client(
+    server, script: str, arg=None, heartbeat_interval_s: float = 15.0, env=()
+) -> dict:
+    """
+    Run ``script`` with the real ``modal`` client against ``server`` in a subprocess;
+    ``arg`` reaches it as ``arg`` (through JSON), ``env`` is added to its environment.
+    Returns its ``out`` dict.
+    """
+    code = _PRELUDE + textwrap.dedent(script) + "\nprint(json.dumps(out))\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(arg)],
+        env={
+            **server.client_env(heartbeat_interval_s=heartbeat_interval_s),
+            **dict(env),
+        },
+        cwd=server.state.root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"client failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "site-packages" in out["modal_file"]
+    assert "fake_modal" not in out["modal_file"]
+    return out
+
+
+def test_every_rpc_is_served_or_answers_unimplemented():
+    assert not LocalModalServer.__abstractmethods__
+    assert len(RPC_NAMES) > 200  # the whole API of modal 1.6.4 (285 RPCs)
+    assert implemented_rpcs(UnimplementedModalServer) == frozenset()
+    assert implemented_rpcs(LocalModalServer) == {
+        "AppClientDisconnect",
+        "AppCreate",
+        "AppHeartbeat",
+        "AppPublish",
+        "AppStop",
+        "BlobCreate",
+        "ClientHello",
+        "EnvironmentGetOrCreate",
+        "MountPutFile",
+        "VolumeCommit",
+        "VolumeGetFile2",
+        "VolumeGetOrCreate",
+        "VolumeListFiles",
+        "VolumeListFiles2",
+        "VolumePutFiles",
+        "VolumePutFiles2",
+        "VolumeReload",
+        "VolumeRemoveFile",
+        "VolumeRemoveFile2",
+    }
+
+    class Stream:
+        received = 0
+
+        async def recv_message(self):
+            self.received += 1
+            return api_pb2.FunctionCreateRequest(app_id="ap-1")
+
+    handler, stream = LocalModalServer(None, None, "").FunctionCreate, Stream()
+    with pytest.raises(GRPCError) as caught:
+        asyncio.run(handler(stream))
+    assert stream.received == 1
+    assert caught.value.status == Status.UNIMPLEMENTED
+    assert caught.value.message.startswith("UNIMPLEMENTED: FunctionCreate ")
+
+
+_ROUND_TRIP = """
+import io
+from pathlib import Path
+kw = {"version": 2} if arg["v2"] else {}
+vol = modal.Volume.from_name("data", create_if_missing=True, **kw)
+for _ in range(arg["batches"]):
+    with vol.batch_upload(force=True) as batch:
+        for remote, local in arg["files"].items():
+            batch.put_file(local, remote)
+        batch.put_file(io.BytesIO(b"in memory"), "/mem/bytes.txt")
+out["listing"] = sorted(
+    [e.path, int(e.type), e.size] for e in vol.listdir("/", recursive=True)
+)
+out["top"] = sorted(e.path for e in vol.listdir("/"))
+back = Path(arg["back"])
+for e in vol.listdir("/", recursive=True):
+    if e.type == modal.volume.FileEntryType.FILE:
+        target = back / e.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"".join(vol.read_file(e.path)))
+"""
+
+
+def _local_files(folder: Path, sizes: dict[str, bytes]) -> dict[str, str]:
+    folder.mkdir()
+    files = {}
+    for remote, data in sizes.items():
+        local = folder / remote.strip("/").replace("/", "_")
+        local.write_bytes(data)
+        files[remote] = str(local)
+    return files
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
+def test_volume_batch_upload_listdir_read_file(local_modal, tmp_path, v2):
+    """
+    Files put with ``batch_upload(force=True)`` are listed recursively and read back
+    byte-equal; on v1 a 5 MiB file goes through a blob, on v2 a file of two blocks
+    (the first ending in zeros) through missing-block uploads; a second batch of the
+    same files sends no bytes on v2 (every block known).
+    """
+    contents = {
+        "/a/b/small.txt": b"hello volume\n",
+        "/a/empty.bin": b"",
+        "/top.bin": os.urandom(1000),
+        # v1: at least LARGE_FILE_LIMIT (4 MiB), a blob; v2: two blocks, the
+        # first one's tail zeros (left out of its hash and of its download)
+        "/a/large.bin": (
+            os.urandom(5 * MiB)
+            if not v2
+            else os.urandom(1000) + bytes(BLOCK_SIZE - 1000) + os.urandom(1000)
+        ),
+    }
+    files = _local_files(tmp_path / "local", contents)
+    arg = {"v2": v2, "files": files, "back": str(tmp_path / "back"), "batches": 2}
+    out = run_client(local_modal, _ROUND_TRIP, arg)
+
+    state = local_modal.state
+    volume = state.volume("data")
+    expected = {**contents, "/mem/bytes.txt": b"in memory"}
+    assert out["listing"] == sorted(
+        [
+            *([p.strip("/"), 1, len(d)] for p, d in expected.items()),
+            ["a", 2, 0],
+            ["a/b", 2, 0],
+            ["mem", 2, 0],
+        ]
+    )
+    assert out["top"] == ["a", "mem", "top.bin"]
+    for remote, data in expected.items():
+        assert (volume.folder / remote.strip("/")).read_bytes() == data
+        assert (tmp_path / "back" / remote.strip("/")).read_bytes() == data
+    methods = state.methods()
+    if v2:
+        assert volume.version == api_pb2.VOLUME_FS_VERSION_V2
+        puts = state.calls_of("VolumePutFiles2")
+        # first batch: blocks missing, then put; second batch: put at once
+        assert len(puts) == 3
+        assert puts[0].requests[0].disallow_overwrite_existing_files is False
+        assert "VolumeListFiles2" in methods and "VolumePutFiles" not in methods
+        assert "BlobCreate" not in methods
+        large = [f for f in puts[0].requests[0].files if f.path == "/a/large.bin"]
+        assert len(large[0].blocks) == 2
+    else:
+        assert volume.version == api_pb2.VOLUME_FS_VERSION_V1
+        assert len(state.calls_of("VolumePutFiles")) == 2
+        assert len(state.calls_of("BlobCreate")) == 1  # the 5 MiB file, once
+        assert "VolumeListFiles" in methods and "VolumePutFiles2" not in methods
+    assert all(c.status == "OK" for c in state.calls)
+
+
+_ERRORS = """
+import io
+def error(f):
+    try:
+        f()
+    except Exception as e:
+        return [type(e).__name__, str(e)]
+    return None
+missing = modal.Volume.from_name("never-made")
+out["missing_volume"] = error(missing.hydrate)
+vol = modal.Volume.from_name("data", create_if_missing=True)
+with vol.batch_upload() as batch:
+    batch.put_file(io.BytesIO(b"one"), "/d/one.txt")
+    batch.put_file(io.BytesIO(b"two"), "/d/two.txt")
+def overwrite():
+    with vol.batch_upload() as batch:
+        batch.put_file(io.BytesIO(b"new"), "/d/new.txt")
+        batch.put_file(io.BytesIO(b"1"), "/d/one.txt")
+out["overwrite"] = error(overwrite)
+out["read_missing"] = error(lambda: b"".join(vol.read_file("d/nope.txt")))
+out["list_missing"] = error(lambda: vol.listdir("nope/"))
+out["remove_folder"] = error(lambda: vol.remove_file("d"))
+vol.remove_file("/d/two.txt")
+out["remove_missing"] = error(lambda: vol.remove_file("d/two.txt"))
+out["after_remove"] = sorted(e.path for e in vol.listdir("d"))
+out["one"] = b"".join(vol.read_file("/d/one.txt")).decode()
+vol.commit()
+vol.reload()
+vol.remove_file("d", recursive=True)
+out["after_rmtree"] = sorted(e.path for e in vol.listdir("/", recursive=True))
+"""
+
+
+def test_volume_errors_and_removal(local_modal):
+    """
+    What the client raises from the server's answers: a missing volume
+    (``NotFoundError``), an upload onto an existing file without ``force``
+    (``FileExistsError``, and none of the batch is put), a missing file read or
+    removed (``FileNotFoundError``), a missing folder listed (``NotFoundError``), a
+    folder removed without ``recursive`` (``InvalidError``); commit reloads.
+    """
+    out = run_client(local_modal, _ERRORS)
+
+    assert out["missing_volume"][0] == "NotFoundError"
+    assert "'never-made' not found" in out["missing_volume"][1]
+    assert out["overwrite"] == ["FileExistsError", "/d/one.txt: file already exists"]
+    assert out["read_missing"][0] == "FileNotFoundError"
+    assert out["list_missing"][0] == "NotFoundError"
+    assert out["remove_folder"][0] == "InvalidError"
+    assert out["remove_missing"][0] == "FileNotFoundError"
+    assert out["after_remove"] == ["d/one.txt"]  # new.txt was not put, two removed
+    assert out["one"] == "one"  # not overwritten
+    assert out["after_rmtree"] == []
+    volume = local_modal.state.volume("data")
+    assert (volume.commits, volume.reloads) == (1, 2)  # commit() reloads too
+    assert list(volume.folder.iterdir()) == []
+    assert ("never-made", "main") not in {
+        (v.name, v.environment) for v in local_modal.state.volumes.values()
+    }
+
+
+_APP = """
+import time
+app = modal.App("local-test-app")
+with app.run():
+    out["app_id"] = app.app_id
+    time.sleep(arg["seconds"])
+failing = modal.App("failing-app")
+try:
+    with failing.run():
+        out["failing_id"] = failing.app_id
+        raise RuntimeError("the entrypoint failed")
+except RuntimeError:
+    pass
+"""
+
+
+def test_ephemeral_app_runs_heartbeats_and_stops(local_modal):
+    """
+    ``with app.run():`` creates an ephemeral app, publishes it, heartbeats while the
+    block runs (every 0.1 s here) and disconnects at its end, which stops the app; an
+    exception in the block is sent with the disconnect.
+    """
+    out = run_client(local_modal, _APP, {"seconds": 0.6}, heartbeat_interval_s=0.1)
+
+    state = local_modal.state
+    app = state.apps[out["app_id"]]
+    assert app.description == "local-test-app"
+    assert app.environment == "main"
+    assert app.state_name == "APP_STATE_STOPPED"
+    assert app.published == 1 and app.function_ids == {}
+    assert len(app.heartbeats) >= 3
+    assert app.created_at <= app.heartbeats[0] <= app.heartbeats[-1] <= app.stopped_at
+    assert app.disconnect_reason == api_pb2.APP_DISCONNECT_REASON_ENTRYPOINT_COMPLETED
+    assert app.disconnect_exception == ""
+    create = state.calls_of("AppCreate")[0].requests[0]
+    assert create.app_state == api_pb2.APP_STATE_EPHEMERAL
+    assert create.description == "local-test-app"
+
+    failing = state.apps[out["failing_id"]]
+    assert failing.state_name == "APP_STATE_STOPPED"
+    assert failing.disconnect_reason == api_pb2.APP_DISCONNECT_REASON_LOCAL_EXCEPTION
+    assert "the entrypoint failed" in failing.disconnect_exception
+    disconnects = [c for c in state.calls if c.method == "AppClientDisconnect"]
+    assert [c.requests[0].app_id for c in disconnects] == [app.app_id, failing.app_id]
+    hello = state.calls_of("AppCreate")[0].metadata
+    assert hello["x-modal-client-type"] == str(api_pb2.CLIENT_TYPE_CLIENT)
+    assert hello["x-modal-client-version"] == "1.6.4"
+    assert "x-modal-token-secret" not in hello
+
+
+_UNSERVED = """
+try:
+    modal.Secret.from_name("some-secret").hydrate()
+except Exception as e:
+    out["error"] = [type(e).__name__, str(e)]
+"""
+
+
+def test_unserved_rpc_reaches_the_client_as_unimplemented(local_modal):
+    out = run_client(local_modal, _UNSERVED)
+
+    assert out["error"] == [
+        "UnimplementedError",
+        "UNIMPLEMENTED: SecretGetOrCreate is not served by the local Modal test server",
+    ]
+    calls = local_modal.state.calls_of("SecretGetOrCreate")
+    assert [c.status for c in calls] == ["UNIMPLEMENTED"]  # not retried
+    assert calls[0].requests[0].deployment_name == "some-secret"
+
+
+_HELLO = """
+try:
+    modal.Client.from_env().hello()
+    out["hello"] = "ok"
+except Exception as e:
+    out["hello"] = [type(e).__name__, str(e)]
+try:
+    modal.Volume.from_name(arg, create_if_missing=True).hydrate()
+    out["volume"] = "ok"
+except Exception as e:
+    out["volume"] = [type(e).__name__, str(e)]
+"""
+
+
+def test_credentials_are_checked_on_every_call(local_modal):
+    """
+    The client's token (``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET``) is checked on each
+    RPC: ``ClientHello`` and any other; other credentials raise ``AuthError``.
+    """
+    state = local_modal.state
+    out = run_client(local_modal, _HELLO, "data")
+    assert (out["hello"], out["volume"]) == ("ok", "ok")
+    assert [(c.method, c.status) for c in state.calls] == [
+        ("ClientHello", "OK"),
+        ("VolumeGetOrCreate", "OK"),
+    ]
+    env = {"MODAL_TOKEN_SECRET": "as-another-secret"}
+    out = run_client(local_modal, _HELLO, "refused", env=env)
+    assert out["hello"] == ["AuthError", "Token ID or secret is invalid"]
+    assert out["volume"] == ["AuthError", "Token ID or secret is invalid"]
+    assert [(c.method, c.status) for c in state.calls[2:]] == [
+        ("ClientHello", "UNAUTHENTICATED"),
+        ("VolumeGetOrCreate", "UNAUTHENTICATED"),
+    ]
+    assert [v.name for v in state.volumes.values()] == ["data"]
