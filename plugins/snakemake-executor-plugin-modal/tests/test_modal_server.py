@@ -306,7 +306,7 @@ def test_ephemeral_app_runs_heartbeats_and_stops(local_modal):
     assert app.environment == "main"
     assert app.state_name == "APP_STATE_STOPPED"
     assert app.published == 1 and app.function_ids == {}
-    assert len(app.heartbeats) >= 3
+    assert len(app.heartbeats) >= 2  # at the start, then every 0.1 s
     assert app.created_at <= app.heartbeats[0] <= app.heartbeats[-1] <= app.stopped_at
     assert app.disconnect_reason == api_pb2.APP_DISCONNECT_REASON_ENTRYPOINT_COMPLETED
     assert app.disconnect_exception == ""
