@@ -628,18 +628,19 @@ def compute_records(path: Path) -> list[str]:
     return [e["out"] for e in lines if e["what"] == "compute" and e.get("end")]
 
 
-@pytest.mark.parametrize("retries", [1])
+@pytest.mark.parametrize("retries", [0])
 def test_a_shard_cut_by_its_time_limit_keeps_its_finished_images(
     slurm_cluster, tiny_run, tmp_path, retries
 ):
     """
     One shard of 4 images (the stand-in estimator: 25 s each) whose time limit is
     cut to 1 minute once 2 images are done: SLURM ends it (TIMEOUT) and Snakemake
-    removes the outputs of the whole failed group (what the issue saw). Snakemake's
-    retry (the profile's `retries: 1`) takes the finished images back and computes
-    only the others; without a retry, the next run puts them back before it plans and
-    computes only the others (run here with retries 0 for 4 minutes less of the
-    suite: the same path is the scancel test's, tests/test_slurm_endings.py).
+    removes the outputs of the whole failed group (what the issue saw). Without a
+    retry (run here: the retry's 2 images at 25 s each cost the suite a minute more),
+    the next run puts them back before it plans and computes only the others; with
+    one (the profile's `retries: 1`), Snakemake's retry takes them back: that path is
+    test_a_retry_takes_back_what_another_allocation_finished's (below) and
+    tests/test_slurm_endings.py's.
     """
     work = workdir_with_assets(tiny_run, tmp_path / "work")
     profile = user_profile(tmp_path / "profile")
