@@ -217,7 +217,9 @@ def _start(workflow, config: dict) -> Run:
             config["shards"],
             not main,
             executor=run.executor,
-            timings=run.timings,
+            # read only where a SLURM plan is made (a local run, a job's own
+            # Snakemake in an allocation or a container reads no per-image file)
+            timings=run.timings if main and run.executor == "slurm" else None,
         )
     except ConfigError as err:
         sys.exit(f"config error: {err}")
