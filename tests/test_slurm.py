@@ -193,17 +193,18 @@ class BackgroundRun:
     The workflow through a profile on the real cluster (`cmd`), started in the
     background in its own session, with the stand-in estimator (`seconds` an
     image, each computation recorded in ``records``); `path_first` first on PATH,
+    `site` more code for the processes' sitecustomize (`status_checks_capped`),
     `env` over the environment (its PYTHONPATH replaces the capped status checks').
     """
 
-    def __init__(self, tmp_path, cmd, seconds, path_first=None, env=None):
+    def __init__(self, tmp_path, cmd, seconds, path_first=None, env=None, site=()):
         self.records = tmp_path / "records.jsonl"
         self.env = {
             **os.environ,
             **STANDIN,
             STANDIN_ENV: str(seconds),
             RECORD_ENV: str(self.records),
-            **status_checks_capped(tmp_path / "site"),
+            **status_checks_capped(tmp_path / "site", *site),
             **(env or {}),
         }
         first = [str(path_first)] if path_first else []

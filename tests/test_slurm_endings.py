@@ -35,7 +35,6 @@ from test_slurm import (  # noqa: F401  (slurm_cluster: the fixture)
     sacct_rows,
     slurm_cluster,
     slurm_command,
-    status_checks_capped,
     user_profile,
     workdir_with_assets,
 )
@@ -78,8 +77,7 @@ class Shard(BackgroundRun):
         cmd = slurm_command(self.work, self.profile, "--jobs", "1")
         cmd += ["--until", "estimate_image", "--config", "n_images=1"]
         self.cmd = [*cmd, "noise_ceiling_images=0", *extra]
-        capped = status_checks_capped(tmp_path / "site", *site)
-        super().__init__(tmp_path, self.cmd, STANDIN_S, env=capped)
+        super().__init__(tmp_path, self.cmd, STANDIN_S, site=site)
         self.finished: dict[str, bytes] = {}
 
     def wait_for_two_images(self, n: int = 2) -> str:
