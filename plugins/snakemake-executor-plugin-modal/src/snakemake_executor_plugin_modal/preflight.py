@@ -45,8 +45,9 @@ def _record(settings) -> None:
 def requested_settings():
     """
     The ``ExecutorSettings`` that Snakemake made in this process for ``--executor
-    modal`` (a dry run with ``--profile modal`` too: Snakemake reads the executor's
-    settings before it swaps in its dry-run executor), or None if none was made.
+    modal`` (a dry run with ``--profile modal`` too on Snakemake 9.27 and later, which
+    keep the executor asked for beside their dry-run one; 9.19 to 9.26 made only the
+    dry-run executor's settings), or None if none was made.
     """
     return _REQUESTED["settings"]
 
