@@ -94,9 +94,27 @@ def test_every_rpc_is_served_or_answers_unimplemented():
         "AppPublish",
         "AppStop",
         "BlobCreate",
+        "BlobGet",
         "ClientHello",
+        "ContainerHeartbeat",
+        "ContainerHello",
+        "ContainerStop",
         "EnvironmentGetOrCreate",
+        "FunctionBindParams",
+        "FunctionCallCancel",
+        "FunctionCreate",
+        "FunctionGetInputs",
+        "FunctionGetOutputs",
+        "FunctionMap",
+        "FunctionPrecreate",
+        "FunctionPutInputs",
+        "FunctionPutOutputs",
+        "ImageGetOrCreate",
+        "ImageJoinStreaming",
+        "MountBatchedCheckExistence",
+        "MountGetOrCreate",
         "MountPutFile",
+        "SecretGetOrCreate",
         "VolumeCommit",
         "VolumeGetFile2",
         "VolumeGetOrCreate",
@@ -114,14 +132,14 @@ def test_every_rpc_is_served_or_answers_unimplemented():
 
         async def recv_message(self):
             self.received += 1
-            return api_pb2.FunctionCreateRequest(app_id="ap-1")
+            return api_pb2.DictGetOrCreateRequest(deployment_name="d")
 
-    handler, stream = LocalModalServer(None, None, "").FunctionCreate, Stream()
+    handler, stream = LocalModalServer(None, None, "").DictGetOrCreate, Stream()
     with pytest.raises(GRPCError) as caught:
         asyncio.run(handler(stream))
     assert stream.received == 1
     assert caught.value.status == Status.UNIMPLEMENTED
-    assert caught.value.message.startswith("UNIMPLEMENTED: FunctionCreate ")
+    assert caught.value.message.startswith("UNIMPLEMENTED: DictGetOrCreate ")
 
 
 _ROUND_TRIP = """
@@ -328,7 +346,7 @@ def test_ephemeral_app_runs_heartbeats_and_stops(local_modal):
 
 _UNSERVED = """
 try:
-    modal.Secret.from_name("some-secret").hydrate()
+    modal.Dict.from_name("some-dict").hydrate()
 except Exception as e:
     out["error"] = [type(e).__name__, str(e)]
 """
@@ -339,11 +357,11 @@ def test_unserved_rpc_reaches_the_client_as_unimplemented(local_modal):
 
     assert out["error"] == [
         "UnimplementedError",
-        "UNIMPLEMENTED: SecretGetOrCreate is not served by the local Modal test server",
+        "UNIMPLEMENTED: DictGetOrCreate is not served by the local Modal test server",
     ]
-    calls = local_modal.state.calls_of("SecretGetOrCreate")
+    calls = local_modal.state.calls_of("DictGetOrCreate")
     assert [c.status for c in calls] == ["UNIMPLEMENTED"]  # not retried
-    assert calls[0].requests[0].deployment_name == "some-secret"
+    assert calls[0].requests[0].deployment_name == "some-dict"
 
 
 _HELLO = """
@@ -381,3 +399,102 @@ def test_credentials_are_checked_on_every_call(local_modal):
         ("VolumeGetOrCreate", "UNAUTHENTICATED"),
     ]
     assert [v.name for v in state.volumes.values()] == ["data"]
+
+
+# -- functions (phase 2) ---------------------------------------------------------------
+
+_DECLARE = """
+app = modal.App("declare-app")
+vol = modal.Volume.from_name("data", create_if_missing=True)
+image = (
+    modal.Image.debian_slim(python_version="3.11")
+    .pip_install("snakemake==9.27.0")
+    .add_local_python_source("snakemake_executor_plugin_modal")
+)
+options = dict(
+    image=image,
+    volumes={arg["mount"]: vol},
+    timeout=600,
+    serialized=True,
+    single_use_containers=True,
+    secrets=[modal.Secret.from_dict({"SNAKEMAKE_TOKEN": "t"})],
+    ephemeral_disk=20480,
+)
+def run_job(spec):
+    return spec
+cpu = app.function(**options, name="run_job")(run_job)
+gpu = app.function(
+    **options, gpu="A100-80GB:2", startup_timeout=120, name="run_job_gpu"
+)(run_job)
+fallback = app.function(**options, gpu=["H100", "A100-80GB"], name="run_job_gpu1")(
+    run_job
+)
+image.build()
+with app.run():
+    out["app_id"] = app.app_id
+    fallback.with_options(cpu=2.0, memory=2048, timeout=30).hydrate()
+    cpu.with_options(cpu=1.0, gpu="L4", timeout=40).hydrate()
+"""
+
+
+def test_function_create_is_recorded_as_the_plugin_declares(local_modal, tmp_path):
+    """
+    What ``FunctionCreate`` carries for functions declared as the plugin declares
+    them (image with local source, volume, timeout, secrets, GPU, fallback list) is
+    recorded: without ``startup_timeout`` the client sends the timeout as start-up
+    timeout; a fallback list arrives as ranked functions, one GPU each;
+    ``with_options`` (``FunctionBindParams``) carries no start-up timeout and, for a
+    fallback function, resources without a GPU.
+    """
+    mount = str(tmp_path / "mnt")
+    out = run_client(local_modal, _DECLARE, {"mount": mount})
+
+    state = local_modal.state
+    volume = state.volume("data")
+    cpu = state.function("run_job", out["app_id"])
+    gpu = state.function("run_job_gpu", out["app_id"])
+    fallback = state.function("run_job_gpu1", out["app_id"])
+    # modal/app.py passes startup_timeout or timeout (the issue's start-up fault)
+    assert (cpu.timeout_secs, cpu.startup_timeout_secs) == (600, 600)
+    assert (gpu.timeout_secs, gpu.startup_timeout_secs) == (600, 120)
+    assert cpu.gpus == [""] and gpu.gpus == ["A100-80GB:2"]
+    assert fallback.gpus == ["H100:1", "A100-80GB:1"]
+    assert len(fallback.create_request.function_data.ranked_functions) == 2
+    for f in (cpu, gpu, fallback):
+        for d in f.definitions:
+            assert [(m.mount_path, m.volume_id) for m in d.volume_mounts] == [
+                (mount, volume.volume_id)
+            ]
+            assert [state.secrets[s] for s in d.secret_ids] == [
+                {"SNAKEMAKE_TOKEN": "t"}
+            ]
+            assert d.resources.ephemeral_disk_mb == 20480
+            assert d.single_use_containers and d.image_id in state.images
+            assert d.definition_type == api_pb2.Function.DEFINITION_TYPE_SERIALIZED
+    # the local source reached the server as a mount the function carries
+    mounted = {
+        f.filename for m in cpu.definition.mount_ids for f in state.mounts[m].files
+    }
+    assert "/root/snakemake_executor_plugin_modal/calls.py" in mounted
+
+    variants = {
+        state.functions[v].base_function_id: state.functions[v]
+        for v in state.functions
+        if state.functions[v].base_function_id
+    }
+    fb = variants[fallback.function_id]
+    assert fb.options.timeout_secs == 30
+    assert fb.options.resources.milli_cpu == 2000
+    assert fb.options.resources.gpu_config.count == 0  # the list is not sent again
+    assert fb.gpus == ["H100:1", "A100-80GB:1"]  # merged: the base's ranks kept
+    assert [d.timeout_secs for d in fb.definitions] == [30, 30]
+    assert [d.startup_timeout_secs for d in fb.definitions] == [600, 600]
+    c = variants[cpu.function_id]
+    assert c.gpus == ["L4:1"] and c.definition.startup_timeout_secs == 600
+    assert state.apps[out["app_id"]].function_ids == {
+        "run_job": cpu.function_id,
+        "run_job_gpu": gpu.function_id,
+        "run_job_gpu1": fallback.function_id,
+    }
+    assert all(c.status == "OK" for c in state.calls)
+    assert not state.containers  # nothing was called

@@ -16,9 +16,11 @@ Served, each with the client code it answers (modal 1.6.4):
   the end or on an error).
 - ``AppStop``: ``App.stop()`` and ``modal app stop`` (modal/app.py, modal/cli/app.py).
 
-An ephemeral app is stopped when its client disconnects ("Terminates all running tasks
-for ephemeral apps", modal/runner.py, ``_disconnect``); a detached app keeps running
-(``APP_STATE_DETACHED_DISCONNECTED``). Deployed apps are not served (UNIMPLEMENTED).
+An ephemeral app is stopped, and its containers killed, when its client disconnects
+("Terminates all running tasks for ephemeral apps", modal/runner.py, ``_disconnect``)
+or stops heartbeating (:mod:`.containers`); a detached app keeps running
+(``APP_STATE_DETACHED_DISCONNECTED``). ``AppStop`` stops any app and kills its
+containers. Deployed apps are not served (UNIMPLEMENTED).
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ class AppRpcs:
     Mixin of the local Modal server serving the handshake, environments and apps (see
     the module's docstring).
 
-    Needs ``self.state`` (:class:`~.state.ServerState`) and ``self.base_url`` (the
-    HTTP server's URL, for the app page URLs it answers).
+    Needs ``self.state`` (:class:`~.state.ServerState`), ``self.base_url`` (the
+    HTTP server's URL, for the app page URLs it answers) and
+    ``self._stop_app_containers`` (:class:`~.containers.ContainerRpcs`).
     """
 
     def _app(self, app_id: str) -> AppRecord:
@@ -190,11 +193,18 @@ class AppRpcs:
         with self.state.lock:
             app.disconnect_reason = req.reason
             app.disconnect_exception = req.exception
+            stopping = app.state not in (
+                api_pb2.APP_STATE_DETACHED,
+                api_pb2.APP_STATE_STOPPED,
+            )
             if app.state == api_pb2.APP_STATE_DETACHED:
                 app.state = api_pb2.APP_STATE_DETACHED_DISCONNECTED
-            elif app.state != api_pb2.APP_STATE_STOPPED:
+            elif stopping:
                 app.state = api_pb2.APP_STATE_STOPPED
                 app.stopped_at = self.state.now()
+                app.stop_reason = "disconnect"
+        if stopping:
+            self._stop_app_containers(app.app_id)
         await stream.send_message(empty_pb2.Empty())
 
     async def AppStop(self, stream) -> None:
@@ -212,4 +222,6 @@ class AppRpcs:
             if app.state != api_pb2.APP_STATE_STOPPED:
                 app.state = api_pb2.APP_STATE_STOPPED
                 app.stopped_at = self.state.now()
+                app.stop_reason = "stop"
+        self._stop_app_containers(app.app_id)
         await stream.send_message(empty_pb2.Empty())

@@ -14,6 +14,8 @@ GETs them with aiohttp (modal 1.6.4, modal/_utils/http_utils.py,
   reported missing; the answer's body is the block's ``put_response``, which the client
   sends back in its next ``VolumePutFiles2`` (``_put_missing_blocks``,
   modal/volume.py).
+- ``GET /blobs/<blob_id>``: a blob that ``BlobGet`` pointed at (large function
+  arguments and results, ``blob_download`` in modal/_utils/blob_utils.py).
 - ``GET /blocks/<sha256 hex>``: a piece of a file that ``VolumeGetFile2`` pointed at;
   trailing zero bytes are left out, as the client pads each piece to its expected
   length (``read_file`` and ``_read_block_body``, modal/volume.py).
@@ -159,8 +161,16 @@ def http_app(store: ContentStore) -> web.Application:
             return web.Response(status=404, text=f"no block {digest}")
         return web.Response(status=200, body=store.block_path(digest).read_bytes())
 
+    async def get_blob(request: web.Request) -> web.Response:
+        blob_id = request.match_info["blob_id"]
+        data = store.blob_bytes(blob_id)
+        if data is None:
+            return web.Response(status=404, text=f"no blob {blob_id}")
+        return web.Response(status=200, body=data)
+
     app = web.Application(client_max_size=1 << 30)
     app.router.add_put("/blobs/{blob_id}", put_blob)
+    app.router.add_get("/blobs/{blob_id}", get_blob)
     app.router.add_put("/blocks/{sha256}", put_block)
     app.router.add_get("/blocks/{sha256}", get_block)
     return app

@@ -9,8 +9,9 @@ its credentials as metadata on every request: ``x-modal-token-id`` and
 ``x-modal-token-secret`` with ``x-modal-client-type`` ``CLIENT_TYPE_CLIENT``
 (modal/client.py, ``_get_metadata``). This server checks them on every RPC and answers
 UNAUTHENTICATED otherwise, which the client raises as ``modal.exception.AuthError``
-(modal/_grpc_client.py). Containers (``CLIENT_TYPE_CONTAINER``, no token) come in
-phase 2 and are refused here.
+(modal/_grpc_client.py). A container's client (``CLIENT_TYPE_CONTAINER``, no token)
+is accepted with the task id and secret the server gave the container
+(:mod:`.containers`), and only for the RPCs a container sends.
 """
 
 from __future__ import annotations
@@ -33,19 +34,63 @@ from modal_proto import api_pb2
 from .apps import AppRpcs
 from .base import UnimplementedModalServer
 from .blobs import ContentStore, http_app
+from .containers import APP_HEARTBEAT_TIMEOUT_S, ContainerRpcs
+from .functions import FunctionRpcs
+from .objects import ObjectRpcs
 from .state import CallRecord, ServerState, new_id
 from .volumes import DEFAULT_ENVIRONMENT, VolumeRpcs
 
 __all__ = ["LocalModal", "LocalModalServer", "serve"]
 
 #: Metadata not recorded in :attr:`~.state.CallRecord.metadata`.
-_SECRET_KEYS = frozenset({"x-modal-token-secret"})
+_SECRET_KEYS = frozenset({"x-modal-token-secret", "x-modal-task-secret"})
+
+#: The RPCs a container's client may send: its own (modal/_runtime/
+#: container_io_manager.py), volume commits and reloads (modal/volume.py), blobs of
+#: large arguments and results (modal/_utils/blob_utils.py), and what the function's
+#: own code may call on the app's objects (spawn, get, cancel, volumes).
+CONTAINER_RPCS = frozenset(
+    {
+        "BlobCreate",
+        "BlobGet",
+        "ContainerHeartbeat",
+        "ContainerHello",
+        "ContainerStop",
+        "FunctionBindParams",
+        "FunctionCallCancel",
+        "FunctionGetInputs",
+        "FunctionGetOutputs",
+        "FunctionMap",
+        "FunctionPutInputs",
+        "FunctionPutOutputs",
+        "MountPutFile",
+        "VolumeCommit",
+        "VolumeGetFile2",
+        "VolumeGetOrCreate",
+        "VolumeListFiles",
+        "VolumeListFiles2",
+        "VolumePutFiles",
+        "VolumePutFiles2",
+        "VolumeReload",
+        "VolumeRemoveFile",
+        "VolumeRemoveFile2",
+    }
+)
 
 
-class LocalModalServer(AppRpcs, VolumeRpcs, UnimplementedModalServer):
+class LocalModalServer(
+    AppRpcs,
+    VolumeRpcs,
+    ObjectRpcs,
+    FunctionRpcs,
+    ContainerRpcs,
+    UnimplementedModalServer,
+):
     """
-    The gRPC servicer: :class:`~.apps.AppRpcs` and :class:`~.volumes.VolumeRpcs`
-    over a base whose every other RPC answers UNIMPLEMENTED (:mod:`.base`).
+    The gRPC servicer: :class:`~.apps.AppRpcs`, :class:`~.volumes.VolumeRpcs`,
+    :class:`~.objects.ObjectRpcs`, :class:`~.functions.FunctionRpcs` and
+    :class:`~.containers.ContainerRpcs` over a base whose every other RPC answers
+    UNIMPLEMENTED (:mod:`.base`).
 
     Parameters
     ----------
@@ -55,12 +100,26 @@ class LocalModalServer(AppRpcs, VolumeRpcs, UnimplementedModalServer):
         Where uploaded bytes are kept.
     base_url : str
         The HTTP server's URL (``http://127.0.0.1:<port>``).
+    url : str
+        The gRPC server's URL, given to containers.
+    container_heartbeat_s : float
+        Seconds between a container's heartbeats (``MODAL_HEARTBEAT_INTERVAL`` of its
+        client; Modal's is 15).
     """
 
-    def __init__(self, state: ServerState, store: ContentStore, base_url: str):
+    def __init__(
+        self,
+        state: ServerState,
+        store: ContentStore,
+        base_url: str,
+        url: str = "",
+        container_heartbeat_s: float = 15.0,
+    ):
         self.state = state
         self.store = store
         self.base_url = base_url
+        self.url = url
+        self.container_heartbeat_s = container_heartbeat_s
 
     async def on_request(self, event: grpclib.events.RecvRequest) -> None:
         """
@@ -86,13 +145,30 @@ class LocalModalServer(AppRpcs, VolumeRpcs, UnimplementedModalServer):
         with self.state.lock:
             self.state.calls.append(record)
         client_type = event.metadata.get("x-modal-client-type")
-        if client_type != str(api_pb2.CLIENT_TYPE_CLIENT):
+        if client_type == str(api_pb2.CLIENT_TYPE_CONTAINER):
+            with self.state.lock:
+                container = self.state.containers.get(
+                    event.metadata.get("x-modal-task-id", "")
+                )
+            if (
+                container is None
+                or event.metadata.get("x-modal-task-secret") != container.secret
+                or record.method not in CONTAINER_RPCS
+            ):
+                record.status = Status.UNAUTHENTICATED.name
+                raise GRPCError(
+                    Status.UNAUTHENTICATED,
+                    f"container call {record.method}: unknown task or not served "
+                    "to containers",
+                )
+        elif client_type != str(api_pb2.CLIENT_TYPE_CLIENT):
             record.status = Status.UNAUTHENTICATED.name
             raise GRPCError(
                 Status.UNAUTHENTICATED,
-                f"client type {client_type!r}: only CLIENT_TYPE_CLIENT is served",
+                f"client type {client_type!r}: only CLIENT_TYPE_CLIENT and "
+                "CLIENT_TYPE_CONTAINER are served",
             )
-        if (
+        elif (
             event.metadata.get("x-modal-token-id") != self.state.token_id
             or event.metadata.get("x-modal-token-secret") != self.state.token_secret
         ):
@@ -114,6 +190,9 @@ class LocalModalServer(AppRpcs, VolumeRpcs, UnimplementedModalServer):
                 await handler(stream)
             except GRPCError as e:
                 record.status = e.status.name
+                raise
+            except Exception:  # grpclib answers INTERNAL (and logs the traceback)
+                record.status = Status.INTERNAL.name
                 raise
             record.status = "OK"
 
@@ -138,6 +217,12 @@ class LocalModal:
         The server's folder (volumes, uploaded bytes); made if missing.
     token_id, token_secret : str
         The credentials it accepts.
+    app_heartbeat_timeout_s : float
+        Seconds without a heartbeat after which an ephemeral app is stopped and its
+        containers killed (default :data:`~.containers.APP_HEARTBEAT_TIMEOUT_S`).
+    container_heartbeat_s : float
+        Seconds between a container's heartbeats (Modal's: 15); a cancel without
+        ``terminate_containers`` reaches a container at its next heartbeat.
 
     Attributes
     ----------
@@ -154,10 +239,14 @@ class LocalModal:
         root: Path,
         token_id: str = "ak-local-test",
         token_secret: str = "as-local-test",
+        app_heartbeat_timeout_s: float = APP_HEARTBEAT_TIMEOUT_S,
+        container_heartbeat_s: float = 15.0,
     ):
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         self.state = ServerState(root, token_id, token_secret)
+        self.state.app_heartbeat_timeout_s = app_heartbeat_timeout_s
+        self.container_heartbeat_s = container_heartbeat_s
         self.state.environments[DEFAULT_ENVIRONMENT] = new_id("en")
         self.store = ContentStore(root)
         self.url = self.http_url = ""
@@ -193,12 +282,19 @@ class LocalModal:
         self._runner = web.AppRunner(http_app(self.store), access_log=None)
         await self._runner.setup()
         await web.SockSite(self._runner, http_sock).start()
-        self.servicer = LocalModalServer(self.state, self.store, self.http_url)
+        self.servicer = LocalModalServer(
+            self.state,
+            self.store,
+            self.http_url,
+            url=self.url,
+            container_heartbeat_s=self.container_heartbeat_s,
+        )
         self._grpc = Server([self.servicer])
         grpclib.events.listen(
             self._grpc, grpclib.events.RecvRequest, self.servicer.on_request
         )
         await self._grpc.start(sock=grpc_sock)
+        self._watch = asyncio.ensure_future(self.servicer.watch())
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop both servers and their thread (running requests are cancelled)."""
@@ -211,6 +307,12 @@ class LocalModal:
         self._thread = self._loop = None
 
     async def _stop(self) -> None:
+        self._watch.cancel()
+        for container in self.state.running_containers():
+            self.servicer._kill(container, "server stopped")
+            await asyncio.to_thread(container.process.wait)
+            container.ended_at = self.state.now()
+            container.returncode = container.process.returncode
         self._grpc.close()
         await self._grpc.wait_closed()
         await self._runner.cleanup()
@@ -283,7 +385,8 @@ def serve(root: Path, **kwargs) -> Iterator[LocalModal]:
     root : pathlib.Path
         Its folder (see :class:`LocalModal`).
     **kwargs
-        ``token_id``, ``token_secret``.
+        ``token_id``, ``token_secret``, ``app_heartbeat_timeout_s``,
+        ``container_heartbeat_s`` (see :class:`LocalModal`).
 
     Yields
     ------

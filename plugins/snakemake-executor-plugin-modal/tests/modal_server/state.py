@@ -10,6 +10,7 @@ where it needs a consistent view of several records.
 from __future__ import annotations
 
 import secrets
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,7 +19,16 @@ from pathlib import Path
 from google.protobuf.message import Message
 from modal_proto import api_pb2
 
-__all__ = ["AppRecord", "CallRecord", "ServerState", "VolumeRecord", "new_id"]
+__all__ = [
+    "AppRecord",
+    "CallRecord",
+    "ContainerRecord",
+    "FunctionCallRecord",
+    "FunctionRecord",
+    "ServerState",
+    "VolumeRecord",
+    "new_id",
+]
 
 
 def new_id(prefix: str) -> str:
@@ -88,7 +98,11 @@ class AppRecord:
     disconnect_exception : str
         The exception text the client sent with it (``""`` for a clean exit).
     stopped_at : float or None
-        When it was stopped (disconnect of an ephemeral app, or ``AppStop``).
+        When it was stopped (disconnect of an ephemeral app, ``AppStop``, or its
+        heartbeats stopping).
+    stop_reason : str
+        Why it was stopped: ``"disconnect"``, ``"stop"`` or ``"heartbeat timeout"``
+        (``""`` while it runs).
     """
 
     app_id: str
@@ -102,6 +116,7 @@ class AppRecord:
     disconnect_reason: int | None = None
     disconnect_exception: str = ""
     stopped_at: float | None = None
+    stop_reason: str = ""
 
     @property
     def state_name(self) -> str:
@@ -145,6 +160,183 @@ class VolumeRecord:
 
 
 @dataclass
+class FunctionRecord:
+    """
+    One function of an app (``FunctionPrecreate``/``FunctionCreate``), or a variant of
+    one made by ``with_options`` (``FunctionBindParams``).
+
+    Attributes
+    ----------
+    function_id : str
+        ``fu-...``.
+    app_id : str
+        The app it belongs to.
+    name : str
+        Its name (``function_name``; the tag in the app).
+    definitions : list of api_pb2.Function
+        What ``FunctionCreate`` carried: one definition, or one per GPU of a fallback
+        list, in rank order (``FunctionData.ranked_functions``; modal/_functions.py).
+        Empty until ``FunctionCreate`` (after ``FunctionPrecreate`` only).
+    create_request : api_pb2.FunctionCreateRequest or None
+        The ``FunctionCreate`` request as received.
+    base_function_id : str
+        For a variant: the function it was bound from (``""`` otherwise).
+    options : api_pb2.FunctionOptions or None
+        For a variant: the options ``FunctionBindParams`` carried.
+    """
+
+    function_id: str
+    app_id: str
+    name: str
+    definitions: list = field(default_factory=list)
+    create_request: Message | None = None
+    base_function_id: str = ""
+    options: Message | None = None
+
+    @property
+    def definition(self):
+        """The first-ranked definition (``api_pb2.Function``)."""
+        return self.definitions[0]
+
+    @property
+    def timeout_secs(self) -> int:
+        """The execution timeout its containers run under, seconds."""
+        return self.definition.timeout_secs
+
+    @property
+    def startup_timeout_secs(self) -> int:
+        """The start-up timeout its containers run under, seconds."""
+        return self.definition.startup_timeout_secs
+
+    @property
+    def gpus(self) -> list[str]:
+        """
+        Its GPU request per rank, as ``"<type>:<count>"`` (``""`` for none): one item,
+        or one per GPU of a fallback list.
+        """
+        return [
+            f"{d.resources.gpu_config.gpu_type}:{d.resources.gpu_config.count}"
+            if d.resources.gpu_config.count
+            else ""
+            for d in self.definitions
+        ]
+
+
+@dataclass
+class FunctionCallRecord:
+    """
+    One function call with its one input (``spawn``, ``remote``: ``FunctionMap``).
+
+    Attributes
+    ----------
+    function_call_id : str
+        ``fc-...``.
+    function_id : str
+        The function (or variant) called.
+    input_id : str
+        ``in-...``: its input.
+    function_input : api_pb2.FunctionInput
+        The serialized arguments, as sent (passed to the container unchanged).
+    invocation_type : int
+        ``api_pb2.FunctionCallInvocationType`` (``ASYNC`` for ``spawn``).
+    created_at : float
+        Seconds since the epoch.
+    output : api_pb2.FunctionGetOutputsItem or None
+        Its output, once the container sent it or the server ended the input
+        (timeout, cancel, app stopped, container lost).
+    cancelled : bool
+        Whether ``FunctionCallCancel`` was received for it.
+    task_ids : list of str
+        The containers that ran (or run) it.
+    """
+
+    function_call_id: str
+    function_id: str
+    input_id: str
+    function_input: Message
+    invocation_type: int
+    created_at: float
+    output: Message | None = None
+    cancelled: bool = False
+    task_ids: list[str] = field(default_factory=list)
+
+    @property
+    def status_name(self) -> str:
+        """Its output's ``GenericResult`` status name, or ``""`` while unfinished."""
+        if self.output is None:
+            return ""
+        return api_pb2.GenericResult.GenericStatus.Name(self.output.result.status)
+
+
+@dataclass
+class ContainerRecord:
+    """
+    One container: a local process running Modal's container entrypoint for one input.
+
+    Attributes
+    ----------
+    task_id : str
+        ``ta-...``.
+    function_id, app_id, function_call_id, input_id : str
+        What it runs.
+    folder : pathlib.Path
+        Its folder: the container arguments, its working directory (``root/``), its
+        output (``stdout.log``, ``stderr.log``).
+    process : subprocess.Popen
+        The process (a session leader: ended with its whole process group).
+    secret : str
+        The token it authenticates with (``x-modal-task-secret``).
+    started_at : float
+        When it was started, seconds since the epoch: billing starts here.
+    input_at : float or None
+        When it received its input (``FunctionGetInputs``): start-up ends here.
+    ended_at : float or None
+        When its process was seen gone.
+    end_reason : str
+        ``"exited"``, ``"timeout"``, ``"startup timeout"``, ``"cancelled"``, ``"app
+        stopped"``, ``"stopped"`` (``ContainerStop``) or ``""`` while it runs.
+    returncode : int or None
+        The process's exit status (negative: the signal that ended it).
+    heartbeats : list of float
+        When each ``ContainerHeartbeat`` arrived.
+    cancel_input_ids : list of str
+        Inputs to cancel at its next heartbeat (a cancel without
+        ``terminate_containers``).
+    """
+
+    task_id: str
+    function_id: str
+    app_id: str
+    function_call_id: str
+    input_id: str
+    folder: Path
+    process: subprocess.Popen
+    secret: str
+    started_at: float
+    input_at: float | None = None
+    ended_at: float | None = None
+    end_reason: str = ""
+    returncode: int | None = None
+    heartbeats: list[float] = field(default_factory=list)
+    cancel_input_ids: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.process.pid
+
+    @property
+    def running(self) -> bool:
+        """Whether its process has not been seen gone yet."""
+        return self.ended_at is None
+
+    def billed_s(self, now: float | None = None) -> float:
+        """Seconds billed so far: from its start to its end (or ``now``)."""
+        end = self.ended_at if self.ended_at is not None else (now or time.time())
+        return end - self.started_at
+
+
+@dataclass
 class ServerState:
     """
     Everything the server holds; the tests read it directly.
@@ -166,6 +358,21 @@ class ServerState:
         ``(environment, name)`` -> :class:`VolumeRecord`.
     calls : list of CallRecord
         Every RPC received, in order of arrival.
+    images : dict
+        Image id -> ``api_pb2.Image`` (the layer's definition, as received).
+    mounts : dict
+        Mount id -> ``api_pb2.MountGetOrCreateRequest`` (its files, by SHA-256).
+    secrets : dict
+        Secret id -> its environment variables (``Secret.from_dict``).
+    functions : dict
+        Function id -> :class:`FunctionRecord` (variants included).
+    function_calls : dict
+        Function call id -> :class:`FunctionCallRecord`.
+    containers : dict
+        Task id -> :class:`ContainerRecord`.
+    app_heartbeat_timeout_s : float
+        An ephemeral app whose last heartbeat (or creation) is older than this is
+        stopped and its containers killed (see :mod:`.containers`).
     lock : threading.Lock
         Held by the server while it changes a record.
     """
@@ -177,6 +384,13 @@ class ServerState:
     apps: dict[str, AppRecord] = field(default_factory=dict)
     volumes: dict[tuple[str, str], VolumeRecord] = field(default_factory=dict)
     calls: list[CallRecord] = field(default_factory=list)
+    images: dict[str, Message] = field(default_factory=dict)
+    mounts: dict[str, Message] = field(default_factory=dict)
+    secrets: dict[str, dict[str, str]] = field(default_factory=dict)
+    functions: dict[str, FunctionRecord] = field(default_factory=dict)
+    function_calls: dict[str, FunctionCallRecord] = field(default_factory=dict)
+    containers: dict[str, ContainerRecord] = field(default_factory=dict)
+    app_heartbeat_timeout_s: float = 60.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def methods(self) -> list[str]:
@@ -208,6 +422,33 @@ class ServerState:
                 if v.volume_id == volume_id:
                     return v
         return None
+
+    def function(self, name: str, app_id: str | None = None) -> FunctionRecord:
+        """
+        The function named ``name`` (the last created, or that of ``app_id``); not a
+        variant.
+
+        Raises
+        ------
+        KeyError
+            If no such function was created.
+        """
+        with self.lock:
+            found = [
+                f
+                for f in self.functions.values()
+                if f.name == name
+                and not f.base_function_id
+                and (app_id is None or f.app_id == app_id)
+            ]
+        if not found:
+            raise KeyError(name)
+        return found[-1]
+
+    def running_containers(self) -> list[ContainerRecord]:
+        """The containers whose process has not been seen gone."""
+        with self.lock:
+            return [c for c in self.containers.values() if c.running]
 
     @staticmethod
     def now() -> float:

@@ -1,0 +1,469 @@
+"""
+Containers of the local Modal server: local processes running Modal's own container
+entrypoint, the RPCs they send, and the server's watch over them and over apps.
+
+A container is ``python -m modal._container_entrypoint`` (modal 1.6.4), this
+machine's Python, started for one input (one container per input, as a function
+declared with ``single_use_containers=True`` is served by Modal). It reads its
+``api_pb2.ContainerArguments`` from the file named by ``MODAL_CONTAINER_ARGUMENTS_PATH``
+and connects as a container client (``MODAL_IS_REMOTE=1``: ``CLIENT_TYPE_CONTAINER``,
+no token; modal/_container_entrypoint.py, ``__main__``; modal/client.py,
+``_Client.from_env``). Modal's workers know a container by its connection; here each
+container sends ``x-modal-task-id`` and ``x-modal-task-secret`` through the client's
+``override_headers`` setting (``MODAL_OVERRIDE_HEADERS``, modal/config.py), which
+the server checks (:mod:`.server`).
+
+What a container sees:
+
+- its working directory ``<folder>/root``, Modal's ``/root``: the files of its
+  function's mounts under ``/root`` (``add_local_python_source``, modal/mount.py) are
+  copied there, and it is first on ``PYTHONPATH``; nothing else of an image is built
+  (:mod:`.objects`);
+- each volume at its mount path, which must be absent or a link to that volume and lie
+  below the system's temporary folder or the server's folder: a link to the volume's
+  folder (:mod:`.volumes`), so every container sees the volume's current files;
+- its function's secrets as environment variables (modal/secret.py).
+
+Served to containers (modal/_runtime/container_io_manager.py): ``ContainerHello``;
+``ContainerHeartbeat`` (each recorded; answers a pending cancel as
+``cancel_input_event``, ``_heartbeat_handle_cancellations``); ``FunctionGetInputs``
+(its one input, then a ``kill_switch`` item, ``_generate_inputs``);
+``FunctionPutOutputs`` (the output the caller gets, ``_send_outputs``);
+``ContainerStop`` (recorded).
+
+The server's watch (:meth:`ContainerRpcs.watch`, every 50 ms):
+
+- a container whose process ended is marked so; an input left without output gets a
+  failure output naming the exit status;
+- start-up: a container that has not asked for its input within its function's
+  ``startup_timeout_secs`` of its start is killed, and the input times out
+  (``GENERIC_STATUS_TIMEOUT``: the client raises ``FunctionTimeoutError``,
+  modal/_utils/function_utils.py, ``_process_result``). Modal's docs (guide,
+  "Timeouts") define ``startup_timeout`` as the time a container may take to start
+  and ``timeout`` as an input's execution time;
+- execution: a container still running its input ``timeout_secs`` after receiving
+  it is killed, and the input times out the same way;
+- an ephemeral app whose client stopped heartbeating is stopped and its containers
+  killed: "Ephemeral Apps are stopped automatically when the calling program exits,
+  or when the server detects that the client is no longer connected" (Modal's docs,
+  guide, "Apps"). The client heartbeats every ``heartbeat_interval`` seconds, 15 by
+  default (modal/config.py; modal/runner.py, ``_run_app``, ``heartbeat_loop``), each
+  attempt allowed that interval plus 0.1 s (``HEARTBEAT_TIMEOUT``, modal/client.py).
+  How long Modal's server waits is in neither the client nor the docs:
+  :data:`APP_HEARTBEAT_TIMEOUT_S` (four missed heartbeats) is this server's default,
+  set per server (``LocalModal(app_heartbeat_timeout_s=...)``).
+
+Killing a container ends its whole process group (``SIGKILL``), as a worker ending a
+container ends everything in it. Every container is billed from its start
+(:meth:`~.state.ContainerRecord.billed_s`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from google.protobuf import empty_pb2
+from grpclib import GRPCError, Status
+from modal_proto import api_pb2
+
+from .state import ContainerRecord, FunctionCallRecord, new_id
+
+__all__ = ["APP_HEARTBEAT_TIMEOUT_S", "WATCH_INTERVAL_S", "ContainerRpcs"]
+
+#: Seconds without an app heartbeat after which an ephemeral app is stopped, by
+#: default: four of the client's 15 s intervals (modal/config.py,
+#: ``heartbeat_interval``); Modal's own limit is not published (module docstring).
+APP_HEARTBEAT_TIMEOUT_S = 60.0
+
+#: Seconds between two looks of the server's watch.
+WATCH_INTERVAL_S = 0.05
+
+_S = api_pb2.GenericResult
+
+#: Environment variables a container does not inherit from the server's process.
+_NOT_INHERITED = ("MODAL_", "PYTHONPATH")
+
+
+def _result(status: int, exception: str = "") -> api_pb2.GenericResult:
+    return api_pb2.GenericResult(status=status, exception=exception)
+
+
+class ContainerRpcs:
+    """
+    Mixin of the local Modal server: containers (start, watch, kill) and the RPCs they
+    send (see the module's docstring).
+
+    Needs ``self.state`` (:class:`~.state.ServerState`), ``self.store``, ``self.url``
+    (the gRPC server's URL, for the containers) and ``self.container_heartbeat_s``.
+    """
+
+    # -- outputs ---------------------------------------------------------------------
+    def _output_event(self, call: FunctionCallRecord) -> asyncio.Event:
+        events = self.__dict__.setdefault("_output_events", {})
+        return events.setdefault(call.function_call_id, asyncio.Event())
+
+    def _set_output(
+        self,
+        call: FunctionCallRecord,
+        result: api_pb2.GenericResult,
+        data_format: int = api_pb2.DATA_FORMAT_UNSPECIFIED,
+        task_id: str = "",
+        input_started_at: float = 0.0,
+    ) -> bool:
+        """Give ``call`` its output unless it has one; returns whether it was set."""
+        with self.state.lock:
+            if call.output is not None:
+                return False
+            call.output = api_pb2.FunctionGetOutputsItem(
+                result=result,
+                idx=0,
+                input_id=call.input_id,
+                data_format=data_format,
+                task_id=task_id,
+                input_started_at=input_started_at,
+                output_created_at=self.state.now(),
+            )
+        self._output_event(call).set()
+        return True
+
+    # -- starting ----------------------------------------------------------------------
+    def _start_container(self, call: FunctionCallRecord) -> ContainerRecord | None:
+        """
+        Start a container for ``call``'s input; None (and a failure output for the
+        input) when one of its volumes cannot be mounted.
+        """
+        state = self.state
+        function = state.functions[call.function_id]
+        definition = function.definition
+        app = state.apps[function.app_id]
+        task_id = new_id("ta")
+        folder = state.root / "containers" / task_id
+        root = folder / "root"
+        root.mkdir(parents=True)
+        try:
+            for mount in definition.volume_mounts:
+                self._mount_volume(mount)
+        except ValueError as e:
+            self._set_output(call, _result(_S.GENERIC_STATUS_FAILURE, str(e)))
+            return None
+        self._copy_mounts(definition, root)
+        args = api_pb2.ContainerArguments(
+            task_id=task_id,
+            function_id=function.function_id,
+            app_id=app.app_id,
+            function_def=definition,
+            environment_name=app.environment,
+            app_layout=self._app_layout(app.app_id),
+        )
+        args_path = folder / "container_arguments.bin"
+        args_path.write_bytes(args.SerializeToString())
+        secret = new_id("tk")
+        env = self._container_env(definition, root)
+        env.update(
+            MODAL_SERVER_URL=self.url,
+            MODAL_IS_REMOTE="1",
+            MODAL_TASK_ID=task_id,
+            MODAL_CONTAINER_ARGUMENTS_PATH=str(args_path),
+            MODAL_OVERRIDE_HEADERS=(
+                f"x-modal-task-id:{task_id},x-modal-task-secret:{secret}"
+            ),
+            MODAL_HEARTBEAT_INTERVAL=str(self.container_heartbeat_s),
+            MODAL_CONFIG_PATH=str(folder / "no-modal.toml"),
+            PYTHONUNBUFFERED="1",
+        )
+        with (
+            open(folder / "stdout.log", "wb") as out,
+            open(folder / "stderr.log", "wb") as err,
+        ):
+            process = subprocess.Popen(
+                [sys.executable, "-m", "modal._container_entrypoint"],
+                cwd=root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        container = ContainerRecord(
+            task_id=task_id,
+            function_id=function.function_id,
+            app_id=app.app_id,
+            function_call_id=call.function_call_id,
+            input_id=call.input_id,
+            folder=folder,
+            process=process,
+            secret=secret,
+            started_at=state.now(),
+        )
+        with state.lock:
+            state.containers[task_id] = container
+            call.task_ids.append(task_id)
+        return container
+
+    def _container_env(self, definition: api_pb2.Function, root: Path) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
+        fake = Path(__file__).resolve().parents[1] / "fake_modal"
+        paths = [
+            p
+            for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and Path(p).resolve() != fake
+        ]
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *paths])
+        no_proxy = [p for p in env.get("NO_PROXY", "").split(",") if p]
+        env["NO_PROXY"] = env["no_proxy"] = ",".join([*no_proxy, "127.0.0.1"])
+        with self.state.lock:
+            for secret_id in definition.secret_ids:
+                env.update(self.state.secrets.get(secret_id, {}))
+        return env
+
+    def _mount_volume(self, mount: api_pb2.VolumeMount) -> None:
+        """
+        Link ``mount.mount_path`` to its volume's folder.
+
+        Raises
+        ------
+        ValueError
+            For an unknown volume, or a path that is taken or lies outside the system's
+            temporary folder and the server's folder.
+        """
+        volume = self.state.volume_by_id(mount.volume_id)
+        if volume is None:
+            raise ValueError(f"volume {mount.volume_id} not found")
+        path = Path(mount.mount_path)
+        allowed = (Path(tempfile.gettempdir()).resolve(), self.state.root.resolve())
+        if not any(path.parent.resolve().is_relative_to(a) for a in allowed):
+            raise ValueError(
+                f"volume mount path {mount.mount_path}: the local Modal server mounts "
+                "volumes only below the temporary folder or its own folder"
+            )
+        if path.is_symlink() and path.resolve() == volume.folder.resolve():
+            return
+        if path.exists() or path.is_symlink():
+            raise ValueError(f"volume mount path {mount.mount_path} is taken")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(volume.folder.resolve(), target_is_directory=True)
+
+    def _copy_mounts(self, definition: api_pb2.Function, root: Path) -> None:
+        """Copy the files of the function's mounts under ``/root`` into ``root``."""
+        with self.state.lock:
+            mounts = [self.state.mounts.get(m) for m in definition.mount_ids]
+        for req in mounts:
+            for f in req.files if req is not None else ():
+                rel = Path(f.filename).relative_to("/")
+                if rel.parts[:1] != ("root",):
+                    continue
+                target = root.joinpath(*rel.parts[1:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self.store.content_path(f.sha256_hex), target)
+                if f.mode:
+                    target.chmod(f.mode & 0o777)
+
+    def _app_layout(self, app_id: str) -> api_pb2.AppLayout:
+        """The app's functions as a container resolves them (modal/running_app.py)."""
+        layout = api_pb2.AppLayout()
+        with self.state.lock:
+            functions = [
+                f
+                for f in self.state.functions.values()
+                if f.app_id == app_id and not f.base_function_id and f.definitions
+            ]
+        for f in functions:
+            layout.function_ids[f.name] = f.function_id
+            layout.objects.append(
+                api_pb2.Object(
+                    object_id=f.function_id,
+                    function_handle_metadata=self._handle_metadata(f),
+                )
+            )
+        return layout
+
+    # -- ending ------------------------------------------------------------------------
+    def _kill(self, container: ContainerRecord, reason: str) -> None:
+        """End the container's process group with SIGKILL (recorded with ``reason``)."""
+        with self.state.lock:
+            if not container.end_reason:
+                container.end_reason = reason
+        try:
+            os.killpg(container.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _stop_app_containers(self, app_id: str) -> None:
+        """Kill the app's running containers; their inputs end as terminated."""
+        for container in self.state.running_containers():
+            if container.app_id != app_id:
+                continue
+            self._kill(container, "app stopped")
+            call = self.state.function_calls[container.function_call_id]
+            self._set_output(
+                call,
+                _result(_S.GENERIC_STATUS_TERMINATED, "the app was stopped"),
+                task_id=container.task_id,
+            )
+
+    def _container_of(self, stream) -> ContainerRecord:
+        task_id = stream.metadata.get("x-modal-task-id", "")
+        with self.state.lock:
+            container = self.state.containers.get(task_id)
+        if container is None:
+            raise GRPCError(Status.UNAUTHENTICATED, f"unknown container {task_id!r}")
+        return container
+
+    async def watch(self) -> None:
+        """
+        Watch containers and apps every :data:`WATCH_INTERVAL_S` seconds until
+        cancelled (see the module's docstring).
+        """
+        while True:
+            self.watch_once()
+            await asyncio.sleep(WATCH_INTERVAL_S)
+
+    def watch_once(self) -> None:
+        """One look of the watch (see the module's docstring)."""
+        state = self.state
+        now = state.now()
+        for container in state.running_containers():
+            call = state.function_calls[container.function_call_id]
+            function = state.functions[container.function_id]
+            returncode = container.process.poll()
+            if returncode is not None:
+                with state.lock:
+                    container.ended_at = now
+                    container.returncode = returncode
+                    container.end_reason = container.end_reason or "exited"
+                self._set_output(
+                    call,
+                    _result(
+                        _S.GENERIC_STATUS_FAILURE,
+                        f"container {container.task_id} exited with status "
+                        f"{returncode} before sending an output",
+                    ),
+                    task_id=container.task_id,
+                )
+                continue
+            startup = function.startup_timeout_secs
+            timeout = function.timeout_secs
+            if (
+                container.input_at is None
+                and startup
+                and now - container.started_at > startup
+            ):
+                self._kill(container, "startup timeout")
+                self._set_output(
+                    call,
+                    _result(
+                        _S.GENERIC_STATUS_TIMEOUT,
+                        f"container did not start within startup_timeout={startup}s",
+                    ),
+                    task_id=container.task_id,
+                )
+            elif (
+                container.input_at is not None
+                and timeout
+                and now - container.input_at > timeout
+            ):
+                self._kill(container, "timeout")
+                self._set_output(
+                    call,
+                    _result(
+                        _S.GENERIC_STATUS_TIMEOUT,
+                        f"input {call.input_id} did not finish within "
+                        f"timeout={timeout}s",
+                    ),
+                    task_id=container.task_id,
+                    input_started_at=container.input_at,
+                )
+        limit = state.app_heartbeat_timeout_s
+        with state.lock:
+            apps = [
+                a for a in state.apps.values() if a.state == api_pb2.APP_STATE_EPHEMERAL
+            ]
+        for app in apps:
+            last = max([app.created_at, *app.heartbeats[-1:]])
+            if now - last > limit:
+                with state.lock:
+                    app.state = api_pb2.APP_STATE_STOPPED
+                    app.stopped_at = now
+                    app.stop_reason = "heartbeat timeout"
+                self._stop_app_containers(app.app_id)
+
+    # -- RPCs of containers ------------------------------------------------------------
+    async def ContainerHello(self, stream) -> None:
+        """Answer a container's hello (``ContainerIOManager.hello``)."""
+        await stream.recv_message()
+        self._container_of(stream)
+        await stream.send_message(empty_pb2.Empty())
+
+    async def ContainerHeartbeat(self, stream) -> None:
+        """
+        Record a container's heartbeat; answer the inputs to cancel, if any
+        (``_heartbeat_handle_cancellations``: the container interrupts them and sends
+        a terminated output).
+        """
+        await stream.recv_message()
+        container = self._container_of(stream)
+        with self.state.lock:
+            container.heartbeats.append(self.state.now())
+            cancel, container.cancel_input_ids = container.cancel_input_ids, []
+        response = api_pb2.ContainerHeartbeatResponse()
+        if cancel:
+            response.cancel_input_event.input_ids.extend(cancel)
+        await stream.send_message(response)
+
+    async def FunctionGetInputs(self, stream) -> None:
+        """
+        Answer a container's one input, then a ``kill_switch`` item (the container
+        returns, ``_generate_inputs``); an input cancelled meanwhile is not given.
+        """
+        await stream.recv_message()
+        container = self._container_of(stream)
+        call = self.state.function_calls[container.function_call_id]
+        with self.state.lock:
+            give = container.input_at is None and not call.cancelled
+            if container.input_at is None:
+                container.input_at = self.state.now()
+        if give:
+            item = api_pb2.FunctionGetInputsItem(
+                input_id=call.input_id,
+                input=call.function_input,
+                function_call_id=call.function_call_id,
+                function_call_invocation_type=call.invocation_type,
+                retry_count=0,
+            )
+        else:
+            item = api_pb2.FunctionGetInputsItem(kill_switch=True)
+        await stream.send_message(api_pb2.FunctionGetInputsResponse(inputs=[item]))
+
+    async def FunctionPutOutputs(self, stream) -> None:
+        """
+        Keep a container's output for its input (the first one counts: an input the
+        server ended meanwhile keeps that end).
+        """
+        req = await stream.recv_message()
+        container = self._container_of(stream)
+        call = self.state.function_calls[container.function_call_id]
+        for item in req.outputs:
+            if item.input_id == call.input_id:
+                self._set_output(
+                    call,
+                    item.result,
+                    data_format=item.data_format,
+                    task_id=container.task_id,
+                    input_started_at=item.input_started_at,
+                )
+        await stream.send_message(empty_pb2.Empty())
+
+    async def ContainerStop(self, stream) -> None:
+        """Record a container's request to stop (``stop_fetching_inputs``)."""
+        await stream.recv_message()
+        container = self._container_of(stream)
+        with self.state.lock:
+            container.end_reason = container.end_reason or "stopped"
+        await stream.send_message(empty_pb2.Empty())
