@@ -401,7 +401,7 @@ def test_credentials_are_checked_on_every_call(local_modal):
     assert [v.name for v in state.volumes.values()] == ["data"]
 
 
-# -- functions (phase 2) ---------------------------------------------------------------
+# -- functions (phase 2) ----------------------------------------------------------
 
 _DECLARE = """
 app = modal.App("declare-app")
@@ -498,3 +498,232 @@ def test_function_create_is_recorded_as_the_plugin_declares(local_modal, tmp_pat
     }
     assert all(c.status == "OK" for c in state.calls)
     assert not state.containers  # nothing was called
+
+
+# -- calls and containers (phase 2) ------------------------------------------------
+
+#: A local package the functions import in their containers (through
+#: ``add_local_python_source``); ``slowstart`` stalls a container's start-up.
+_PACKAGES = {
+    "localpkg/__init__.py": "def double(x):\n    return 2 * x\n",
+    "slowstart/__init__.py": (
+        "import os, time\n"
+        "if os.environ.get('MODAL_IS_REMOTE') == '1':\n"
+        "    time.sleep(30)\n"
+        "def ready():\n"
+        "    return 'ready'\n"
+    ),
+}
+
+#: Functions of the call tests, declared as the plugin declares its own.
+_FUNCTIONS = """
+import os, time
+from pathlib import Path
+import localpkg, slowstart
+app = modal.App("calls-app")
+vol = modal.Volume.from_name("data", create_if_missing=True)
+image = modal.Image.debian_slim().add_local_python_source("localpkg", "slowstart")
+options = dict(
+    image=image,
+    volumes={arg["mount"]: vol},
+    serialized=True,
+    single_use_containers=True,
+    secrets=[modal.Secret.from_dict({"TOKEN": "tok"})],
+)
+def work(x):
+    import localpkg
+    Path(arg["mount"], "out.txt").write_text(f"x={x}")
+    return {
+        "double": localpkg.double(x),
+        "pid": os.getpid(),
+        "token": os.environ.get("TOKEN"),
+        "localpkg": localpkg.__file__,
+        "cwd": os.getcwd(),
+    }
+def fail(x):
+    raise ValueError(f"bad input {x}")
+def sleeper(name):
+    Path(arg["mount"], name).write_text(str(os.getpid()))
+    time.sleep(60)
+work = app.function(**options, timeout=60, name="work")(work)
+fail = app.function(**options, timeout=60, name="fail")(fail)
+sleeper = app.function(**options, timeout=arg.get("timeout", 60), name="sleeper")(
+    sleeper
+)
+slow = app.function(**options, timeout=60, startup_timeout=2, name="slow")(
+    slowstart.ready
+)
+def pid_of(name, within=20.0):
+    path = Path(arg["mount"], name)
+    end = time.time() + within
+    while not path.exists() or not path.read_text():
+        assert time.time() < end, f"no {name}"
+        time.sleep(0.05)
+    return int(path.read_text())
+def gone_after(pid, within=5.0):
+    t0 = time.time()
+    while time.time() - t0 < within:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return time.time() - t0
+        time.sleep(0.02)
+    return None
+def error(f):
+    try:
+        f()
+    except BaseException as e:
+        return [type(e).__name__, str(e)]
+    return None
+"""
+
+
+@pytest.fixture
+def packages(tmp_path):
+    """The client's environment with :data:`_PACKAGES` importable."""
+    root = tmp_path / "packages"
+    for rel, text in _PACKAGES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return {"PYTHONPATH": str(root)}
+
+
+_SPAWN = (
+    _FUNCTIONS
+    + """
+with app.run():
+    out["app_id"] = app.app_id
+    running = sleeper.spawn("left.pid")
+    call = work.spawn(21)
+    out["poll"] = error(lambda: running.get(timeout=0))
+    out["result"] = call.get(timeout=30)
+    out["fail"] = error(lambda: fail.spawn(3).get(timeout=30))
+    out["read"] = b"".join(vol.read_file("out.txt")).decode()
+    out["left_pid"] = pid_of("left.pid")
+"""
+)
+
+
+def test_spawn_runs_the_function_in_a_container(local_modal, tmp_path, packages):
+    """
+    ``spawn`` runs the function in a container (a process of Modal's container
+    entrypoint): ``get`` returns its real return value, computed with the mounted
+    local package, the secret's variable, and a file written to the mounted volume;
+    an exception reaches ``get`` as itself; ``get(timeout=0)`` on a running call
+    raises ``TimeoutError``; the app's end kills the container still running.
+    """
+    mount = str(tmp_path / "mnt")
+    out = run_client(local_modal, _SPAWN, {"mount": mount}, env=packages)
+
+    state = local_modal.state
+    result = out["result"]
+    assert result["double"] == 42 and result["token"] == "tok"
+    work = state.function("work", out["app_id"])
+    (container,) = [
+        c for c in state.containers.values() if c.function_id == work.function_id
+    ]
+    assert result["pid"] == container.pid != os.getpid()
+    # the package came from the mount, copied into the container's /root
+    assert result["localpkg"] == str(container.folder / "root/localpkg/__init__.py")
+    assert result["cwd"] == str(container.folder / "root")
+    assert out["read"] == "x=21"
+    assert (state.volume("data").folder / "out.txt").read_text() == "x=21"
+    assert out["poll"] == ["TimeoutError", ""]
+    assert out["fail"] == ["ValueError", "bad input 3"]
+    assert container.end_reason == "exited" and container.returncode == 0
+    assert container.input_at is not None and container.billed_s() > 0
+    (left,) = [c for c in state.containers.values() if c.pid == out["left_pid"]]
+    assert left.end_reason == "app stopped" and left.returncode == -9
+    assert state.function_calls[left.function_call_id].status_name == (
+        "GENERIC_STATUS_TERMINATED"
+    )
+    assert not state.running_containers()
+    assert all(c.status == "OK" for c in state.calls), [
+        (c.method, c.status) for c in state.calls if c.status != "OK"
+    ]
+
+
+_CANCEL = (
+    _FUNCTIONS
+    + """
+with app.run():
+    killed, interrupted = sleeper.spawn("killed.pid"), sleeper.spawn("interrupted.pid")
+    pid, other = pid_of("killed.pid"), pid_of("interrupted.pid")
+    killed.cancel(terminate_containers=True)
+    out["killed_gone_s"] = gone_after(pid)
+    out["killed_get"] = error(lambda: killed.get(timeout=5))
+    interrupted.cancel()  # reaches the container at its next heartbeat
+    out["interrupted_gone_s"] = gone_after(other)
+    out["interrupted_get"] = error(lambda: interrupted.get(timeout=5))
+    out["pids"] = [pid, other]
+"""
+)
+
+
+def test_cancel_ends_the_container(local_modal, tmp_path, packages):
+    """
+    ``FunctionCall.cancel(terminate_containers=True)`` kills the container's process
+    at once; a plain ``cancel()`` reaches the container at its next heartbeat, which
+    interrupts the function and exits; ``get`` then raises for both.
+    """
+    local_modal.servicer.container_heartbeat_s = 0.2
+    out = run_client(
+        local_modal, _CANCEL, {"mount": str(tmp_path / "mnt")}, env=packages
+    )
+
+    state = local_modal.state
+    by_pid = {c.pid: c for c in state.containers.values()}
+    killed, interrupted = (by_pid[p] for p in out["pids"])
+    assert out["killed_gone_s"] is not None and out["killed_gone_s"] < 1.0
+    assert killed.end_reason == "cancelled" and killed.returncode == -9
+    assert out["interrupted_gone_s"] is not None
+    assert interrupted.end_reason == "exited" and interrupted.returncode == 0
+    for c, get in ((killed, out["killed_get"]), (interrupted, out["interrupted_get"])):
+        call = state.function_calls[c.function_call_id]
+        assert call.cancelled and call.status_name == "GENERIC_STATUS_TERMINATED"
+        assert get is not None and get[0] != "TimeoutError"
+    cancels = state.calls_of("FunctionCallCancel")
+    assert [c.requests[0].terminate_containers for c in cancels] == [True, False]
+
+
+_TIMEOUTS = (
+    _FUNCTIONS
+    + """
+with app.run():
+    t0 = time.time()
+    call = sleeper.spawn("timeout.pid")
+    pid = pid_of("timeout.pid")
+    out["timeout"] = error(lambda: call.get(timeout=20))
+    out["timeout_s"] = time.time() - t0
+    out["timeout_gone_s"] = gone_after(pid)
+    t0 = time.time()
+    out["startup"] = error(lambda: slow.spawn().get(timeout=20))
+    out["startup_s"] = time.time() - t0
+"""
+)
+
+
+def test_timeouts_end_the_container(local_modal, tmp_path, packages):
+    """
+    A call running past its function's ``timeout`` is ended, its container killed,
+    and ``get`` raises ``FunctionTimeoutError``; a container not started within its
+    ``startup_timeout`` (its import stalls) is killed the same way.
+    """
+    arg = {"mount": str(tmp_path / "mnt"), "timeout": 1}
+    out = run_client(local_modal, _TIMEOUTS, arg, env=packages)
+
+    state = local_modal.state
+    assert out["timeout"][0] == "FunctionTimeoutError"
+    assert out["timeout_gone_s"] is not None
+    assert 1.0 < out["timeout_s"] < 10.0
+    assert out["startup"][0] == "FunctionTimeoutError"
+    assert "startup_timeout=2" in out["startup"][1]
+    assert 2.0 < out["startup_s"] < 10.0
+    reasons = {
+        state.functions[c.function_id].name: c for c in state.containers.values()
+    }
+    assert reasons["sleeper"].end_reason == "timeout"
+    assert reasons["sleeper"].returncode == -9
+    assert reasons["slow"].end_reason == "startup timeout"
+    assert reasons["slow"].input_at is None  # killed before it asked for its input
+    assert not state.running_containers()
