@@ -1,7 +1,8 @@
 """
 The local Modal server (``tests/modal_server``) driven by the real, unmodified
-``modal`` client (issue 37, phase 1): volumes, an ephemeral app, credentials, and an
-RPC the server does not serve.
+``modal`` client (issue 37): volumes, an ephemeral app, credentials, an RPC the
+server does not serve; functions as ``FunctionCreate`` carries them, spawn, get,
+cancel, timeouts, and an app whose client was killed.
 
 The client runs in a subprocess: ``modal.client`` reads its heartbeat interval when
 imported and keeps one client per process (``_Client.from_env``), and this folder's
@@ -20,6 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -727,3 +729,68 @@ def test_timeouts_end_the_container(local_modal, tmp_path, packages):
     assert reasons["slow"].end_reason == "startup timeout"
     assert reasons["slow"].input_at is None  # killed before it asked for its input
     assert not state.running_containers()
+
+
+# -- app lifetime (phase 2) ----------------------------------------------------------
+
+_ORPHAN = (
+    _FUNCTIONS
+    + """
+with app.run():
+    call = sleeper.spawn("orphan.pid")
+    pid = pid_of("orphan.pid")
+    time.sleep(arg["alive_s"])  # longer than the server's limit: heartbeats keep it
+    print(json.dumps({"app_id": app.app_id, "pid": pid}), flush=True)
+    time.sleep(60)
+"""
+)
+
+
+def test_client_killed_stops_its_app_and_containers(tmp_path, packages):
+    """
+    An ephemeral app whose client is killed (SIGKILL: no disconnect) is stopped once
+    no heartbeat came for the server's limit, and its containers are killed; while
+    the client heartbeats, the app outlives that limit.
+    """
+    limit = 1.0
+    with serve(tmp_path / "server", app_heartbeat_timeout_s=limit) as server:
+        code = _PRELUDE + textwrap.dedent(_ORPHAN)
+        arg = {"mount": str(tmp_path / "mnt"), "alive_s": 1.5 * limit}
+        client = subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps(arg)],
+            env={**server.client_env(heartbeat_interval_s=0.2), **packages},
+            cwd=server.state.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            line = client.stdout.readline()
+            assert line, client.stderr.read()[-4000:]
+            ready = json.loads(line)
+            state = server.state
+            app = state.apps[ready["app_id"]]
+            (container,) = state.containers.values()
+            assert container.pid == ready["pid"]
+            assert app.state_name == "APP_STATE_EPHEMERAL" and container.running
+            assert app.created_at + limit < app.heartbeats[-1]
+            client.kill()  # SIGKILL: no AppClientDisconnect
+            client.wait()
+            killed_at = time.time()
+            while container.running and time.time() < killed_at + limit + 5:
+                time.sleep(0.02)
+            gone_s = time.time() - killed_at
+        finally:
+            client.kill()
+            client.wait()
+        assert not container.running, "the container outlived its client"
+        assert gone_s < limit + 1.0
+        assert app.state_name == "APP_STATE_STOPPED"
+        assert app.stop_reason == "heartbeat timeout"
+        assert app.disconnect_reason is None
+        assert app.stopped_at - app.heartbeats[-1] > limit
+        assert container.end_reason == "app stopped" and container.returncode == -9
+        with pytest.raises(ProcessLookupError):
+            os.kill(container.pid, 0)
+        call = state.function_calls[container.function_call_id]
+        assert call.status_name == "GENERIC_STATUS_TERMINATED"

@@ -35,7 +35,8 @@ from .volumes import DEFAULT_ENVIRONMENT
 __all__ = ["IMAGE_BUILDER_VERSION", "AppRpcs"]
 
 #: The environment's image builder version: one the client supports (modal 1.6.4,
-#: modal/_image.py, ``ImageBuilderVersion``); images are built in phase 2.
+#: modal/_image.py, ``ImageBuilderVersion``); images are recorded, not built
+#: (:mod:`.objects`).
 IMAGE_BUILDER_VERSION = "2025.06"
 
 #: App states an ``AppCreate`` or ``AppPublish`` may ask for here (``app.run()``

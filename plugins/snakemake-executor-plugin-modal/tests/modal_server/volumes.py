@@ -15,8 +15,8 @@ Served, each with the client code it answers (modal 1.6.4):
   modal/_utils/blob_utils.py).
 - ``VolumeRemoveFile`` (v1) and ``VolumeRemoveFile2`` (v2): ``remove_file``.
 - ``VolumeCommit`` and ``VolumeReload``: ``commit`` (which reloads unless the answer
-  says ``skip_reload``) and ``reload``; counted only, as no container mounts a volume
-  yet (phase 2).
+  says ``skip_reload``) and ``reload``; counted only: a container's mount path is a
+  link to the volume's folder (:mod:`.containers`), so it sees every change at once.
 
 Errors follow what the client turns them into (modal/_grpc_client.py,
 ``_STATUS_TO_EXCEPTION``): NOT_FOUND for a missing volume or path (``read_file`` and
