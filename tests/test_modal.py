@@ -406,3 +406,21 @@ def test_modal_check_gives_up_on_a_call_at_its_deadline():
     ends = Ends()
     assert wait_for_call(ends, 10, sleep=lambda s: None) == "ended"
     assert not ends.cancelled
+
+
+@pytest.mark.parametrize("cap_usd", [0.25, 1.0])
+def test_modal_check_cap_holds_its_start_up_and_timeout(cap_usd):
+    """`modal-check`'s cap is hard: what Modal may bill, the GPU's price x (the
+    start-up declared as ``startup_timeout`` + the timeout), fits in it, as the
+    plugin's ledger counts a call's worst case (A100-80GB, the paper's GPU)."""
+    from snakemake_executor_plugin_modal.calls import STARTUP_S, Ledger
+    from snakemake_executor_plugin_modal.prices import parse_gpu
+
+    from multigeom_workflow.on_modal.check import check_timeout
+
+    gpu = parse_gpu("A100-80GB")
+    timeout_s = check_timeout(cap_usd, gpu.usd_per_second, STARTUP_S)
+    ledger = Ledger()
+    assert ledger.startup_s == STARTUP_S
+    assert ledger.worst_case(gpu, timeout_s) <= cap_usd
+    assert ledger.worst_case(gpu, timeout_s + 1) > cap_usd

@@ -11,9 +11,11 @@ subprocess from a scratch folder, as it starts a shard. That job runs ``nvidia-s
 imports ``multigeom_workflow`` and torch (the package the per-image jobs import, found
 through the ``PYTHONPATH`` the plugin gives the job), asks torch for the GPU, and
 answers a file sent through the volume; its log and its output come back as a run's
-do. The container is stopped at a hard cost cap (its timeout is the cap divided by
-the GPU's price per second). Printed: the image build and the cold-start times, the
-GPU job's time and cost, and what failed.
+do. The container cannot cost more than a hard cap: its start-up is limited to the
+plugin's start-up seconds (declared to Modal as ``startup_timeout``) and its timeout
+is what the cap buys beyond them at the GPU's price (``check_timeout``). Printed:
+the image build and the cold-start times, the GPU job's time and cost, and what
+failed.
 """
 
 from __future__ import annotations
@@ -32,17 +34,13 @@ from ..settings.load import load_config
 __all__ = [
     "CHECK_SNAKEFILE",
     "DEADLINE_MARGIN_S",
-    "STARTUP_S",
     "add_parser",
     "check_gpu",
+    "check_timeout",
     "main",
     "wait_for_call",
 ]
 
-#: The most seconds the check's container may take to start (declared to Modal as
-#: the function's ``startup_timeout``; the plugin's ``--modal-startup-seconds``
-#: default).
-STARTUP_S = 120
 #: Seconds granted beyond the call's timeout and start-up before the check gives up
 #: on a call whose end Modal has not reported, and cancels it.
 DEADLINE_MARGIN_S = 60
@@ -92,6 +90,33 @@ def check_gpu(spec: str):
     return request, request.usd_per_second
 
 
+def check_timeout(max_cost_usd: float, usd_per_s: float, startup_s: float) -> int:
+    """
+    The check's container timeout, seconds: the most that keeps its worst case, the
+    GPU's price x (timeout + start-up), within the cap. Modal bills a container from
+    its start, its start-up included, and the function is declared with both a
+    ``startup_timeout`` ("Maximum startup time in seconds with higher precedence
+    than `timeout`", ``App.function``'s docstring, ``modal/app.py``, modal 1.6.4)
+    and a ``timeout``, so the bill is at most price x (startup_timeout + timeout):
+    the plugin's ledger counts the same worst case (``Ledger.worst_case``).
+
+    Parameters
+    ----------
+    max_cost_usd : float
+        The hard cap, USD (``--max-cost-usd``).
+    usd_per_s : float
+        The GPU's price (the dearest type of a fallback list), USD per second.
+    startup_s : float
+        The start-up declared to Modal (the plugin's ``STARTUP_S``), seconds.
+
+    Returns
+    -------
+    int
+        Seconds; below ``MIN_SECONDS`` (negative too) when the cap buys too little.
+    """
+    return math.floor(max_cost_usd / usd_per_s - startup_s)
+
+
 def add_parser(sub) -> None:
     """Register ``modal-check`` on the CLI's subparsers."""
     p = sub.add_parser(
@@ -118,8 +143,8 @@ def add_parser(sub) -> None:
         "--max-cost-usd",
         type=float,
         default=0.25,
-        help="hard cap: the container is stopped once its GPU time would cost "
-        "this much (default 0.25)",
+        help="hard cap: the container's start-up and timeout are what this buys of "
+        "the GPU, so it cannot cost more (default 0.25)",
     )
 
 
@@ -142,15 +167,19 @@ def main(args) -> int:
     except ValueError as e:
         print(f"modal-check: {e}", file=sys.stderr)
         return 2
-    timeout_s = math.floor(args.max_cost_usd / usd_per_s)
+    from snakemake_executor_plugin_modal import preflight
+    from snakemake_executor_plugin_modal.calls import STARTUP_S
+
+    timeout_s = check_timeout(args.max_cost_usd, usd_per_s, STARTUP_S)
     if timeout_s < MIN_SECONDS:
+        least = (MIN_SECONDS + STARTUP_S) * usd_per_s
         print(
-            f"modal-check: --max-cost-usd {args.max_cost_usd:g} buys {timeout_s} s of "
-            f"{spec}; allow at least {MIN_SECONDS * usd_per_s:.3f} USD",
+            f"modal-check: --max-cost-usd {args.max_cost_usd:g} buys "
+            f"{max(timeout_s, 0)} s of {spec} beyond its {STARTUP_S} s of start-up; "
+            f"allow at least {least:.3f} USD",
             file=sys.stderr,
         )
         return 2
-    from snakemake_executor_plugin_modal import preflight
     from snakemake_executor_plugin_modal.image import check_python_version
 
     problem = preflight.credentials_problem()
@@ -172,6 +201,7 @@ def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> 
     import modal
     from snakemake_executor_plugin_modal.calls import (
         MOUNT,
+        STARTUP_S,
         ContainerCall,
         RunApp,
         start_error,
@@ -197,8 +227,8 @@ def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> 
         return 2
     print(
         f"modal-check: building the image (or finding it built); then one job on "
-        f"{','.join(gpu.types)}, stopped after {timeout_s} s "
-        f"(cap {args.max_cost_usd:g} USD)",
+        f"{','.join(gpu.types)}, stopped after {STARTUP_S} s of start-up and "
+        f"{timeout_s} s of timeout at most (cap {args.max_cost_usd:g} USD)",
         flush=True,
     )
     failures = []
@@ -248,7 +278,8 @@ def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> 
     print(f"image build (or cache lookup) and app start: {built:.1f} s")
     print(
         f"GPU job on {','.join(gpu.types)}: {call.seconds:.1f} s wall-clock, about "
-        f"{call.cost_usd:.4f} USD (at most {timeout_s * usd_per_s:.2f})"
+        f"{call.cost_usd:.4f} USD (at most "
+        f"{(timeout_s + STARTUP_S) * usd_per_s:.2f})"
     )
     if outcome is not None and outcome.result is not None:
         print(f"cold start: {outcome.result['started'] - spawned_at:.1f} s")

@@ -35,7 +35,7 @@ from snakemake_interface_executor_plugins.settings import (
 from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args
 
 from . import preflight
-from .calls import MOUNT, Admission, ContainerCall, Ledger, RunApp
+from .calls import MOUNT, STARTUP_S, Admission, ContainerCall, Ledger, RunApp
 from .container import JOB_LOG, TARGETS
 from .image import container_image
 from .prices import GpuRequest, parse_gpu
@@ -113,7 +113,7 @@ class ExecutorSettings(ExecutorSettingsBase):
         },
     )
     startup_seconds: int = field(
-        default=120,
+        default=STARTUP_S,
         metadata={
             "help": "--modal-startup-seconds: the most seconds a container may take "
             "to start (declared as Modal's startup_timeout: a container that takes "

@@ -22,6 +22,7 @@ from .prices import GpuRequest
 __all__ = [
     "MIN_TIMEOUT_S",
     "MOUNT",
+    "STARTUP_S",
     "Admission",
     "TRANSPORT_GRACE_S",
     "ContainerCall",
@@ -36,6 +37,14 @@ __all__ = [
 
 #: Where containers mount the volume.
 MOUNT = "/snakemake-volume"
+#: The most seconds a container may take to start, by default (``--modal-startup-
+#: seconds``): declared with every function as Modal's ``startup_timeout`` (a
+#: container that takes longer fails) and held by the budget beyond each call's
+#: timeout (`Ledger.startup_s`), so that what Modal may bill before a call's timeout
+#: starts is what the ledger counts. Modal 1.6.4 otherwise sets ``startup_timeout =
+#: timeout`` (``App.function``, ``modal/app.py``; "startup_timeout: Maximum startup
+#: time in seconds with higher precedence than timeout", its docstring).
+STARTUP_S = 120
 #: The shortest timeout a job without a ``runtime`` is started with when its default
 #: timeout is cut to what is left of the budget, seconds.
 MIN_TIMEOUT_S = 60
@@ -184,13 +193,14 @@ class RunApp:
     fallback_gpus : list of GpuRequest
         Other GPU fallback lists that jobs request (their ``modal_gpu`` resource):
         one function each, declared before the app starts.
-    startup_timeout_s : int or None
+    startup_timeout_s : int
         The most seconds a container may take to start (``--modal-startup-seconds``,
-        what the budget keeps aside beyond a call's timeout), declared with each
-        function as Modal's ``startup_timeout``: without it modal 1.6.4 sets
-        ``startup_timeout = timeout`` (``modal/app.py``, ``App.function``), so a
-        container could spend its whole timeout starting, billed beyond what the
-        ledger holds; ``with_options`` cannot change it.
+        default :data:`STARTUP_S`: what the budget keeps aside beyond a call's
+        timeout), declared with every function as Modal's ``startup_timeout``:
+        without it modal 1.6.4 sets ``startup_timeout = timeout`` (``modal/app.py``,
+        ``App.function``), so a container could spend its whole timeout starting,
+        billed beyond what the ledger holds; ``with_options`` cannot change it
+        (``FunctionBindParams`` carries no start-up timeout, ``modal/_functions.py``).
 
     Raises
     ------
@@ -209,7 +219,7 @@ class RunApp:
         ephemeral_disk_mb: int | None = None,
         secrets: list | None = None,
         fallback_gpus: list[GpuRequest] | None = None,
-        startup_timeout_s: int | None = None,
+        startup_timeout_s: int = STARTUP_S,
     ):
         import modal
 
@@ -222,9 +232,8 @@ class RunApp:
             serialized=True,
             single_use_containers=True,
             secrets=list(secrets or []),
+            startup_timeout=int(startup_timeout_s),
         )
-        if startup_timeout_s:
-            options["startup_timeout"] = int(startup_timeout_s)
         if ephemeral_disk_mb:
             options["ephemeral_disk"] = int(ephemeral_disk_mb)
         self.cpu_function = self.app.function(**options, name="run_job")(run_job)
@@ -264,6 +273,20 @@ class RunApp:
         self, spec: dict, gpu: GpuRequest | None, cpu: float, memory_mb, timeout_s
     ):
         """Start one job; returns Modal's ``FunctionCall``."""
+        return self.bound(gpu, cpu, memory_mb, timeout_s).spawn(spec)
+
+    def bound(self, gpu: GpuRequest | None, cpu: float, memory_mb, timeout_s):
+        """
+        The function a job is spawned on: the app's function for its GPU, bound
+        with ``Function.with_options`` to its CPU, memory, GPU and timeout (its
+        start-up timeout stays the function's: ``FunctionOptions`` has none,
+        ``modal/_function_variants.py``, modal 1.6.4).
+
+        Raises
+        ------
+        WorkflowError
+            For a GPU fallback list that no function of the app declares.
+        """
         options = dict(cpu=float(cpu), timeout=int(timeout_s))
         if memory_mb:
             options["memory"] = int(memory_mb)
@@ -280,7 +303,7 @@ class RunApp:
         else:
             function = self.gpu_function or self.cpu_function
             options["gpu"] = gpu.modal_spec
-        return function.with_options(**options).spawn(spec)
+        return function.with_options(**options)
 
     def stop(self, warn: Callable[[str], None] = print) -> None:
         """Stop the app (idempotent); an error doing so is reported, not raised."""
@@ -602,8 +625,9 @@ class Ledger:
     max_cost_usd : float or None
         Budget; None: no limit.
     startup_s : float
-        Seconds of a container's life reserved beyond its timeout (image load,
-        imports, the status check that sees its end).
+        Seconds of a container's start-up reserved beyond its timeout: the
+        ``startup_timeout`` declared with every function (`RunApp`; default
+        :data:`STARTUP_S`), the most Modal lets a container start before it fails.
     gpu_seconds : float
         GPU-seconds spent by finished calls (seconds x GPUs).
     cost_usd : float
@@ -614,7 +638,7 @@ class Ledger:
     """
 
     max_cost_usd: float | None = None
-    startup_s: float = 120.0
+    startup_s: float = float(STARTUP_S)
     gpu_seconds: float = 0.0
     cost_usd: float = 0.0
     exhausted: str | None = None

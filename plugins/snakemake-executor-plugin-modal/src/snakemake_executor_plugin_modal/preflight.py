@@ -235,7 +235,7 @@ def job_problems(executor, jobs, workdir: Path) -> list[str]:
     list of str
         One line per problem, the first of each kind per rule.
     """
-    from .calls import Ledger
+    from .calls import STARTUP_S, Ledger
     from .staging import relative_to_workdir
 
     problems, seen = [], set()
@@ -269,7 +269,7 @@ def job_problems(executor, jobs, workdir: Path) -> list[str]:
                 continue
         runtime = job.resources.get("runtime")
         if budget is not None and isinstance(runtime, (int, float)) and runtime > 0:
-            startup = getattr(executor.settings, "startup_seconds", 120)
+            startup = getattr(executor.settings, "startup_seconds", STARTUP_S)
             ledger = Ledger(startup_s=float(startup))
             refusal = ledger.refusal(gpu, float(runtime) * 60, 0.0, budget)
             if refusal:
