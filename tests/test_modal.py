@@ -255,9 +255,10 @@ def test_modal_check_on_the_fake(tmp_path):
     assert "could not import multigeom_workflow" not in result.stderr
     call = json.loads((fake_dir / "calls.jsonl").read_text())
     # the plugin's container entry, on the fallback list's own function; 0.25 USD at
-    # the dearest type's price (L4, 0.000222 USD/s) buys 1126 s at most
+    # the dearest type's price (L4, 0.000222 USD/s) buys 1126 s at most, of which
+    # 120 s of start-up (declared as startup_timeout) and 1006 s of timeout
     assert call["module"] == "snakemake_executor_plugin_modal.container"
-    assert call["gpu"] == ["L4", "T4"] and call["timeout"] == 1126
+    assert call["gpu"] == ["L4", "T4"] and call["timeout"] == 1006
     assert "python -m snakemake" in call["args"][0]["command"]
     # the check's files are gone from the volume
     assert not list((fake_dir / "volumes").rglob("question.txt"))
@@ -265,7 +266,10 @@ def test_modal_check_on_the_fake(tmp_path):
         [*cmd, "--max-cost-usd", "0.001"], env=env, capture_output=True, text=True
     )
     assert too_little.returncode == 2
-    assert "--max-cost-usd 0.001 buys 4 s of L4,T4" in too_little.stderr
+    assert (
+        "--max-cost-usd 0.001 buys 0 s of L4,T4 beyond its 120 s of start-up"
+        in too_little.stderr
+    )
     unknown = config.with_name("b300.yaml")
     unknown.write_text("modal:\n  gpu: B300\n")
     refused = subprocess.run(
