@@ -143,6 +143,12 @@ class VolumeStager:
         -------
         list of str
             The paths that were on the volume (and are deleted).
+
+        Notes
+        -----
+        Each folder of markers is listed once, however many of its files are
+        removed (``Volume.listdir``, not recursive): the work is linear in the paths
+        and the folders' entries, not their product.
         """
         import modal.exception
 
@@ -154,13 +160,18 @@ class VolumeStager:
             except missing:
                 continue
             gone.append(rel)
+        by_folder: dict[PurePosixPath, set[str]] = {}
+        for rel in gone:
             marker = PurePosixPath(self.remote_path(DONE), rel)
+            by_folder.setdefault(marker.parent, set()).add(marker.name)
+        for folder, names in by_folder.items():
             try:
-                entries = self.volume.listdir(str(marker.parent))
+                entries = self.volume.listdir(str(folder))
             except missing:
-                entries = []
-            for e in entries:
-                if PurePosixPath(e.path).name.startswith(marker.name + "@"):
+                continue
+            for e in entries:  # <output>@<key>: a key holds no "@"
+                output, sep, _ = PurePosixPath(e.path).name.rpartition("@")
+                if sep and output in names:
                     self.volume.remove_file(e.path)
         with self._lock:  # an upload must send them again
             manifest = self.manifest()
