@@ -544,8 +544,12 @@ def work(x):
     }
 def fail(x):
     raise ValueError(f"bad input {x}")
+# pid files go beside the volume: a container's writes to its volume stay in its
+# own view until it commits (tests/modal_server/views.py)
+SIGNALS = Path(arg["mount"] + "-signals")
+SIGNALS.mkdir(parents=True, exist_ok=True)
 def sleeper(name):
-    Path(arg["mount"], name).write_text(str(os.getpid()))
+    SIGNALS.joinpath(name).write_text(str(os.getpid()))
     time.sleep(60)
 work = app.function(**options, timeout=60, name="work")(work)
 fail = app.function(**options, timeout=60, name="fail")(fail)
@@ -556,7 +560,7 @@ slow = app.function(**options, timeout=60, startup_timeout=2, name="slow")(
     slowstart.ready
 )
 def pid_of(name, within=20.0):
-    path = Path(arg["mount"], name)
+    path = SIGNALS / name
     end = time.time() + within
     while not path.exists() or not path.read_text():
         assert time.time() < end, f"no {name}"
@@ -794,3 +798,190 @@ def test_client_killed_stops_its_app_and_containers(tmp_path, packages):
             os.kill(container.pid, 0)
         call = state.function_calls[container.function_call_id]
         assert call.status_name == "GENERIC_STATUS_TERMINATED"
+
+
+# -- volumes as containers see them; GPU queueing; billing ---------------------------
+
+_VIEWS = """
+import os, time
+from pathlib import Path
+app = modal.App("views-app")
+vol = modal.Volume.from_name("views", create_if_missing=True)
+SIGNALS = Path(arg["mount"] + "-signals")
+SIGNALS.mkdir(parents=True, exist_ok=True)
+options = dict(
+    image=modal.Image.debian_slim(),
+    volumes={arg["mount"]: vol},
+    serialized=True,
+    single_use_containers=True,
+    timeout=60,
+)
+def wait_for(name, within=30.0):
+    end = time.time() + within
+    while not SIGNALS.joinpath(name).exists():
+        assert time.time() < end, f"no {name}"
+        time.sleep(0.05)
+def viewer():
+    seen = {}
+    SIGNALS.joinpath("started").touch()
+    wait_for("uploaded")
+    seed = Path(arg["mount"], "seed.txt")
+    seen["before_reload"] = seed.read_text()
+    vol.reload()
+    seen["after_reload"] = seed.read_text()
+    Path(arg["mount"], "mine.txt").write_text("mine")
+    SIGNALS.joinpath("written").touch()
+    wait_for("checked")
+    vol.commit()
+    return seen
+faulty = modal.Volume.from_name("faulty", create_if_missing=True)
+def committer():
+    errors = []
+    for name in ("first.txt", "second.txt"):
+        Path(arg["mount"] + "-faulty", name).write_text(name)
+        try:
+            faulty.commit()
+            errors.append(None)
+        except Exception as e:
+            errors.append([type(e).__name__, str(e)])
+    return errors
+def exiter():
+    Path(arg["mount"], "exit.txt").write_text("at exit")
+def lost():
+    Path(arg["mount"], "lost.txt").write_text("never committed")
+    SIGNALS.joinpath("lost").touch()
+    time.sleep(60)
+viewer = app.function(**options, name="viewer")(viewer)
+committer = app.function(
+    **{**options, "volumes": {arg["mount"] + "-faulty": faulty}}, name="committer"
+)(committer)
+exiter = app.function(**options, name="exiter")(exiter)
+lost = app.function(**options, name="lost")(lost)
+def names():
+    return sorted(e.path for e in vol.listdir("/"))
+def upload(text):
+    Path("seed.txt").write_text(text)
+    with vol.batch_upload(force=True) as batch:
+        batch.put_file("seed.txt", "/seed.txt")
+upload("v1")
+with app.run():
+    call = viewer.spawn()
+    wait_for("started")
+    upload("v2")
+    SIGNALS.joinpath("uploaded").touch()
+    wait_for("written")
+    out["before_commit"] = names()
+    SIGNALS.joinpath("checked").touch()
+    out["seen"] = call.get(timeout=30)
+    out["after_commit"] = names()
+    out["commit_errors"] = committer.spawn().get(timeout=30)
+    out["faulty"] = sorted(e.path for e in faulty.listdir("/"))
+    exiter.spawn().get(timeout=30)
+    # the exit commit comes after the output is sent (user_code_imports.py, step 8)
+    end = time.time() + 10
+    while "exit.txt" not in names() and time.time() < end:
+        time.sleep(0.05)
+    out["after_exit"] = names()
+    killed = lost.spawn()
+    wait_for("lost")
+    killed.cancel(terminate_containers=True)
+    out["after_kill"] = names()
+"""
+
+
+def test_a_containers_view_is_fixed_until_it_reloads_and_commits_publish(tmp_path):
+    """
+    A container sees the volume as it was at its start until it reloads; what it
+    writes reaches the volume when it commits (explicitly, or at its function's end,
+    after its output was sent), never when it is killed first; a commit that fails once raises in the container
+    (``RuntimeError`` from the client's ``ConflictError``) and the next one works.
+    """
+    from .modal_server import CommitFault
+    from .modal_server.containers import namespace_prefix
+
+    if namespace_prefix() is None:
+        pytest.skip("no mount namespaces here: containers share the volume's folder")
+    fault = CommitFault(mode="once", volume="faulty")
+    with serve(tmp_path / "server", commit_fault=fault) as server:
+        out = run_client(server, _VIEWS, {"mount": str(tmp_path / "mnt")})
+        state = server.state
+        assert out["seen"] == {"before_reload": "v1", "after_reload": "v2"}
+        assert out["before_commit"] == ["seed.txt"]
+        assert out["after_commit"] == ["mine.txt", "seed.txt"]
+        first, second = out["commit_errors"]
+        assert first[0] == "RuntimeError" and "fault set by the test" in first[1]
+        assert second is None
+        assert fault.failed == 1 and fault.seen >= 2
+        assert out["faulty"] == ["first.txt", "second.txt"]
+        assert "exit.txt" in out["after_exit"]
+        assert "lost.txt" not in out["after_kill"]
+        assert not (state.volume("views").folder / "lost.txt").exists()
+        # the mount path outside every container stays empty
+        assert not any((tmp_path / "mnt").iterdir())
+
+
+_QUEUED = """
+import time
+from pathlib import Path
+app = modal.App("gpu-app")
+vol = modal.Volume.from_name("bg", create_if_missing=True)
+options = dict(
+    image=modal.Image.debian_slim(),
+    volumes={arg["mount"]: vol},
+    serialized=True,
+    single_use_containers=True,
+    timeout=60,
+)
+def busy(seconds, name):
+    Path(arg["mount"], name).write_text("written, not committed")
+    time.sleep(seconds)
+    return "done"
+gpu = app.function(**options, gpu="T4", name="gpu")(busy)
+cpu = app.function(**options, name="cpu")(busy)
+with app.run():
+    t0 = time.time()
+    out["gpu"] = gpu.spawn(1.0, "gpu.txt").get(timeout=30)
+    out["gpu_s"] = time.time() - t0
+    call = cpu.spawn(30.0, "bg.txt")
+    end = time.time() + 20
+    while "bg.txt" not in [e.path for e in vol.listdir("/")]:
+        assert time.time() < end, "no background commit"
+        time.sleep(0.1)
+    out["cpu_call"] = call.object_id
+    call.cancel(terminate_containers=True)
+"""
+
+
+def test_gpu_calls_queue_unbilled_and_background_commits_publish(tmp_path):
+    """
+    A call of a GPU function waits the server's GPU queueing delay before its
+    container starts; billing starts with the container, so the bill holds the
+    container's seconds, not the wait; a CPU function starts at once. A running
+    container's writes reach the volume by the server's background commits.
+    """
+    from .modal_server.containers import namespace_prefix
+
+    if namespace_prefix() is None:
+        pytest.skip("no mount namespaces here: containers share the volume's folder")
+    delay = 2.0
+    with serve(
+        tmp_path / "server", gpu_queue_delay_s=delay, background_commit_s=0.3
+    ) as server:
+        out = run_client(server, _QUEUED, {"mount": str(tmp_path / "mnt")})
+        state = server.state
+        assert out["gpu"] == "done" and out["gpu_s"] > delay + 1.0
+        bill = {b["gpu"]: b for b in state.bill()}
+        gpu, cpu = bill["T4:1"], bill[""]
+        gpu_call = state.function_calls[gpu["function_call_id"]]
+        assert gpu["start"] - gpu_call.created_at >= delay
+        assert 1.0 < gpu["seconds"] < out["gpu_s"] - delay + 0.5
+        cpu_call = state.function_calls[out["cpu_call"]]
+        assert cpu["start"] - cpu_call.created_at < 1.0  # no GPU: no queue
+        assert cpu["end"] is not None and cpu["seconds"] < 25
+        (container,) = [
+            c
+            for c in state.containers.values()
+            if c.function_call_id == out["cpu_call"]
+        ]
+        (view,) = container.views.values()
+        assert view.commits >= 1 and container.end_reason == "cancelled"

@@ -16,6 +16,7 @@ from .server import LocalModal, LocalModalServer, serve
 from .state import (
     AppRecord,
     CallRecord,
+    CommitFault,
     ContainerRecord,
     FunctionCallRecord,
     FunctionRecord,
@@ -27,6 +28,7 @@ __all__ = [
     "RPC_NAMES",
     "AppRecord",
     "CallRecord",
+    "CommitFault",
     "ContainerRecord",
     "FunctionCallRecord",
     "FunctionRecord",

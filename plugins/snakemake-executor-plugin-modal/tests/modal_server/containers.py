@@ -19,9 +19,9 @@ What a container sees:
   function's mounts under ``/root`` (``add_local_python_source``, modal/mount.py) are
   copied there, and it is first on ``PYTHONPATH``; nothing else of an image is built
   (:mod:`.objects`);
-- each volume at its mount path, which must be absent or a link to that volume and lie
-  below the system's temporary folder or the server's folder: a link to the volume's
-  folder (:mod:`.volumes`), so every container sees the volume's current files;
+- each volume at its mount path, which must lie below the system's temporary folder
+  or the server's folder: its own view of the volume (:mod:`.views`), bound there in
+  the container's own mount namespace (:func:`namespace_prefix`);
 - its function's secrets as environment variables (modal/secret.py).
 
 Served to containers (modal/_runtime/container_io_manager.py): ``ContainerHello``;
@@ -55,12 +55,16 @@ The server's watch (:meth:`ContainerRpcs.watch`, every 50 ms):
 
 Killing a container ends its whole process group (``SIGKILL``), as a worker ending a
 container ends everything in it. Every container is billed from its start
-(:meth:`~.state.ContainerRecord.billed_s`).
+(:meth:`~.state.ContainerRecord.billed_s`, :meth:`~.state.ServerState.bill`); a call
+of a GPU function may first wait the server's GPU queueing delay, unbilled. The
+watch also commits running containers' views in the background when the server
+says so (:mod:`.views`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import signal
@@ -74,8 +78,14 @@ from grpclib import GRPCError, Status
 from modal_proto import api_pb2
 
 from .state import ContainerRecord, FunctionCallRecord, new_id
+from .views import VolumeView, make_view, publish
 
-__all__ = ["APP_HEARTBEAT_TIMEOUT_S", "WATCH_INTERVAL_S", "ContainerRpcs"]
+__all__ = [
+    "APP_HEARTBEAT_TIMEOUT_S",
+    "WATCH_INTERVAL_S",
+    "ContainerRpcs",
+    "namespace_prefix",
+]
 
 #: Seconds without an app heartbeat after which an ephemeral app is stopped, by
 #: default: four of the client's 15 s intervals (modal/config.py,
@@ -89,6 +99,47 @@ _S = api_pb2.GenericResult
 
 #: Environment variables a container does not inherit from the server's process.
 _NOT_INHERITED = ("MODAL_", "PYTHONPATH")
+
+
+#: Run in the container's mount namespace: bind each ``<view> <mount path>`` pair,
+#: then ``exec`` the command after ``--``.
+_BIND_SCRIPT = (
+    'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 97; shift 2; done; '
+    'shift; exec "$@"'
+)
+
+
+@functools.cache
+def namespace_prefix() -> tuple[str, ...] | None:
+    """
+    The command that runs a process in a mount namespace of its own (util-linux
+    ``unshare``), where each container's view of a volume is bound at its mount path:
+    ``unshare --mount`` as root, ``unshare --mount --map-root-user`` (a user
+    namespace) otherwise; None where neither can bind a folder here (then containers
+    see a volume's folder itself, through a link: no per-container view).
+    """
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return None
+    options = [["--mount"], ["--mount", "--map-root-user"]]
+    if os.geteuid() != 0:
+        options = options[1:]
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp, "a"), Path(tmp, "b")
+        a.mkdir()
+        b.mkdir()
+        for opts in options:
+            prefix = ("unshare", *opts, "--propagation", "private", "--")
+            try:
+                done = subprocess.run(
+                    [*prefix, "mount", "--bind", str(a), str(b)],
+                    capture_output=True,
+                    timeout=10,
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if done.returncode == 0:
+                return prefix
+    return None
 
 
 def _result(status: int, exception: str = "") -> api_pb2.GenericResult:
@@ -134,6 +185,39 @@ class ContainerRpcs:
         return True
 
     # -- starting ----------------------------------------------------------------------
+    def _queue_container(self, call: FunctionCallRecord) -> None:
+        """
+        Start a container for ``call``'s input: at once, or for a function with a GPU
+        after the server's GPU queueing delay (:attr:`~.state.ServerState.
+        gpu_queue_delay_s`). Modal's docs ("GPU acceleration", "Cold start
+        performance") say a GPU container may wait for a GPU; the delay is not
+        billed, as billing starts with the container (Modal's docs, "Pricing": "you
+        only pay for ... the time your container is running"). A call cancelled, or
+        whose app stopped, while it waits starts nothing.
+        """
+        function = self.state.functions[call.function_id]
+        delay = self.state.gpu_queue_delay_s
+        if delay and any(function.gpus):
+            with self.state.lock:
+                call.queued_until = self.state.now() + delay
+            asyncio.get_running_loop().call_later(delay, self._start_queued, call)
+        else:
+            self._start_container(call)
+
+    def _start_queued(self, call: FunctionCallRecord) -> None:
+        function = self.state.functions[call.function_id]
+        app = self.state.apps[function.app_id]
+        with self.state.lock:
+            call.queued_until = None
+        if call.output is not None or call.cancelled:
+            return
+        if app.state == api_pb2.APP_STATE_STOPPED:
+            self._set_output(
+                call, _result(_S.GENERIC_STATUS_TERMINATED, "the app was stopped")
+            )
+            return
+        self._start_container(call)
+
     def _start_container(self, call: FunctionCallRecord) -> ContainerRecord | None:
         """
         Start a container for ``call``'s input; None (and a failure output for the
@@ -147,9 +231,12 @@ class ContainerRpcs:
         folder = state.root / "containers" / task_id
         root = folder / "root"
         root.mkdir(parents=True)
+        views = {}
         try:
             for mount in definition.volume_mounts:
-                self._mount_volume(mount)
+                view = self._mount_volume(mount, folder)
+                if view is not None:
+                    views[mount.volume_id] = view
         except ValueError as e:
             self._set_output(call, _result(_S.GENERIC_STATUS_FAILURE, str(e)))
             return None
@@ -178,12 +265,19 @@ class ContainerRpcs:
             MODAL_CONFIG_PATH=str(folder / "no-modal.toml"),
             PYTHONUNBUFFERED="1",
         )
+        command = [sys.executable, "-m", "modal._container_entrypoint"]
+        if views:
+            # each view bound at its mount path in the container's own mount
+            # namespace, then Modal's entrypoint in the same process (exec)
+            binds = [str(a) for v in views.values() for a in (v.folder, v.mount_path)]
+            command = [*namespace_prefix(), "sh", "-c", _BIND_SCRIPT, "sh", *binds]
+            command += ["--", sys.executable, "-m", "modal._container_entrypoint"]
         with (
             open(folder / "stdout.log", "wb") as out,
             open(folder / "stderr.log", "wb") as err,
         ):
             process = subprocess.Popen(
-                [sys.executable, "-m", "modal._container_entrypoint"],
+                command,
                 cwd=root,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -201,6 +295,7 @@ class ContainerRpcs:
             process=process,
             secret=secret,
             started_at=state.now(),
+            views=views,
         )
         with state.lock:
             state.containers[task_id] = container
@@ -223,9 +318,16 @@ class ContainerRpcs:
                 env.update(self.state.secrets.get(secret_id, {}))
         return env
 
-    def _mount_volume(self, mount: api_pb2.VolumeMount) -> None:
+    def _mount_volume(
+        self, mount: api_pb2.VolumeMount, folder: Path
+    ) -> VolumeView | None:
         """
-        Link ``mount.mount_path`` to its volume's folder.
+        Give the container its view of ``mount``'s volume (:mod:`.views`): a copy of
+        the volume's committed files under ``folder``, to be bound at
+        ``mount.mount_path`` in the container's mount namespace (an empty folder is
+        made there); or, where this machine has no mount namespaces
+        (:func:`namespace_prefix`), a link from ``mount.mount_path`` to the volume's
+        folder (every container then sees every change at once; None).
 
         Raises
         ------
@@ -243,12 +345,24 @@ class ContainerRpcs:
                 f"volume mount path {mount.mount_path}: the local Modal server mounts "
                 "volumes only below the temporary folder or its own folder"
             )
-        if path.is_symlink() and path.resolve() == volume.folder.resolve():
-            return
-        if path.exists() or path.is_symlink():
+        if namespace_prefix() is None:
+            self.state.volume_views = False
+            if path.is_symlink() and path.resolve() == volume.folder.resolve():
+                return None
+            if path.exists() or path.is_symlink():
+                raise ValueError(f"volume mount path {mount.mount_path} is taken")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.symlink_to(volume.folder.resolve(), target_is_directory=True)
+            return None
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
             raise ValueError(f"volume mount path {mount.mount_path} is taken")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.symlink_to(volume.folder.resolve(), target_is_directory=True)
+        path.mkdir(parents=True, exist_ok=True)
+        return make_view(
+            volume.volume_id,
+            volume.folder,
+            folder / "volumes" / volume.volume_id,
+            mount.mount_path,
+        )
 
     def _copy_mounts(self, definition: api_pb2.Function, root: Path) -> None:
         """Copy the files of the function's mounts under ``/root`` into ``root``."""
@@ -348,6 +462,15 @@ class ContainerRpcs:
                     task_id=container.task_id,
                 )
                 continue
+            every = state.background_commit_s
+            if container.views and every and container.input_at is not None:
+                last = container.background_commit_at or container.input_at
+                if now - last >= every:
+                    # Modal's background commits, "every few seconds while your
+                    # Function executes" (docs, guide "Volumes"): no reload after
+                    for view in container.views.values():
+                        publish(view)
+                    container.background_commit_at = now
             startup = function.startup_timeout_secs
             timeout = function.timeout_secs
             if (

@@ -238,7 +238,7 @@ class FunctionRpcs:
         with self.state.lock:
             call.input_id = new_id("in")
             call.function_input = item.input
-        self._start_container(call)
+        self._queue_container(call)
         return api_pb2.FunctionPutInputsResponseItem(
             idx=item.idx, input_id=call.input_id, input_jwt=f"jwt-{call.input_id}"
         )

@@ -37,7 +37,7 @@ from .blobs import ContentStore, http_app
 from .containers import APP_HEARTBEAT_TIMEOUT_S, ContainerRpcs
 from .functions import FunctionRpcs
 from .objects import ObjectRpcs
-from .state import CallRecord, ServerState, new_id
+from .state import CallRecord, CommitFault, ServerState, new_id
 from .volumes import DEFAULT_ENVIRONMENT, VolumeRpcs
 
 __all__ = ["LocalModal", "LocalModalServer", "serve"]
@@ -223,6 +223,15 @@ class LocalModal:
     container_heartbeat_s : float
         Seconds between a container's heartbeats (Modal's: 15); a cancel without
         ``terminate_containers`` reaches a container at its next heartbeat.
+    gpu_queue_delay_s : float
+        Seconds a call of a GPU function waits before its container starts (not
+        billed; :attr:`~.state.ServerState.gpu_queue_delay_s`).
+    background_commit_s : float or None
+        Seconds between background commits of a running container's volumes (None:
+        none; :mod:`.views`).
+    commit_fault : CommitFault or None
+        Containers' commits that fail (:class:`~.state.CommitFault`); settable
+        later through ``state.commit_fault``.
 
     Attributes
     ----------
@@ -241,11 +250,17 @@ class LocalModal:
         token_secret: str = "as-local-test",
         app_heartbeat_timeout_s: float = APP_HEARTBEAT_TIMEOUT_S,
         container_heartbeat_s: float = 15.0,
+        gpu_queue_delay_s: float = 0.0,
+        background_commit_s: float | None = None,
+        commit_fault: CommitFault | None = None,
     ):
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         self.state = ServerState(root, token_id, token_secret)
         self.state.app_heartbeat_timeout_s = app_heartbeat_timeout_s
+        self.state.gpu_queue_delay_s = gpu_queue_delay_s
+        self.state.background_commit_s = background_commit_s
+        self.state.commit_fault = commit_fault
         self.container_heartbeat_s = container_heartbeat_s
         self.state.environments[DEFAULT_ENVIRONMENT] = new_id("en")
         self.store = ContentStore(root)
@@ -386,7 +401,8 @@ def serve(root: Path, **kwargs) -> Iterator[LocalModal]:
         Its folder (see :class:`LocalModal`).
     **kwargs
         ``token_id``, ``token_secret``, ``app_heartbeat_timeout_s``,
-        ``container_heartbeat_s`` (see :class:`LocalModal`).
+        ``container_heartbeat_s``, ``gpu_queue_delay_s``, ``background_commit_s``,
+        ``commit_fault`` (see :class:`LocalModal`).
 
     Yields
     ------

@@ -22,6 +22,7 @@ from modal_proto import api_pb2
 __all__ = [
     "AppRecord",
     "CallRecord",
+    "CommitFault",
     "ContainerRecord",
     "FunctionCallRecord",
     "FunctionRecord",
@@ -248,6 +249,9 @@ class FunctionCallRecord:
         Whether ``FunctionCallCancel`` was received for it.
     task_ids : list of str
         The containers that ran (or run) it.
+    queued_until : float or None
+        While it waits for a GPU (the server's ``gpu_queue_delay_s``): when its
+        container is to start, in seconds since the epoch.
     """
 
     function_call_id: str
@@ -259,6 +263,7 @@ class FunctionCallRecord:
     output: Message | None = None
     cancelled: bool = False
     task_ids: list[str] = field(default_factory=list)
+    queued_until: float | None = None
 
     @property
     def status_name(self) -> str:
@@ -302,6 +307,11 @@ class ContainerRecord:
     cancel_input_ids : list of str
         Inputs to cancel at its next heartbeat (a cancel without
         ``terminate_containers``).
+    views : dict
+        Volume id -> its :class:`~.views.VolumeView` (the container's copy, its
+        commits and reloads); empty where volumes are linked, not viewed.
+    background_commit_at : float or None
+        When the server last committed its views in the background.
     """
 
     task_id: str
@@ -319,6 +329,8 @@ class ContainerRecord:
     returncode: int | None = None
     heartbeats: list[float] = field(default_factory=list)
     cancel_input_ids: list[str] = field(default_factory=list)
+    views: dict = field(default_factory=dict)
+    background_commit_at: float | None = None
 
     @property
     def pid(self) -> int:
@@ -334,6 +346,50 @@ class ContainerRecord:
         """Seconds billed so far: from its start to its end (or ``now``)."""
         end = self.ended_at if self.ended_at is not None else (now or time.time())
         return end - self.started_at
+
+
+@dataclass
+class CommitFault:
+    """
+    Commits of volumes from containers that fail (``ServerState.commit_fault``).
+
+    Attributes
+    ----------
+    mode : str
+        ``"once"`` (one commit fails, later ones work) or ``"always"``.
+    status : str
+        The gRPC status of the failure, by name. The client retries
+        ``UNAVAILABLE``, ``INTERNAL``, ``DEADLINE_EXCEEDED``, ``CANCELLED`` and
+        ``UNKNOWN`` (modal/_utils/grpc_utils.py, ``RETRYABLE_GRPC_STATUS_CODES``;
+        ``_Volume.commit`` up to 90 times, the exit commit 9 times:
+        ``TaskLifecycleManager.volume_commit``), so "once" with one of those is
+        never seen by the function; the default, ``FAILED_PRECONDITION``, is
+        ``ConflictError``, which ``_Volume.commit`` raises as ``RuntimeError``
+        (modal/volume.py; modal/_grpc_client.py, ``_STATUS_TO_EXCEPTION``).
+    after : int
+        Commits that go through before the first failure.
+    volume : str
+        The volume's name (``""``: every volume).
+    seen, failed : int
+        Commits counted so far, and those failed.
+    """
+
+    mode: str = "once"
+    status: str = "FAILED_PRECONDITION"
+    after: int = 0
+    volume: str = ""
+    seen: int = 0
+    failed: int = 0
+
+    def fails(self, volume_name: str) -> bool:
+        """Count one commit of ``volume_name``; whether it fails."""
+        if self.volume and volume_name != self.volume:
+            return False
+        self.seen += 1
+        if self.seen <= self.after or (self.mode == "once" and self.failed):
+            return False
+        self.failed += 1
+        return True
 
 
 @dataclass
@@ -373,6 +429,17 @@ class ServerState:
     app_heartbeat_timeout_s : float
         An ephemeral app whose last heartbeat (or creation) is older than this is
         stopped and its containers killed (see :mod:`.containers`).
+    gpu_queue_delay_s : float
+        Seconds a call of a function with a GPU waits before its container starts
+        (not billed).
+    background_commit_s : float or None
+        Seconds between the server's background commits of a running container's
+        volumes (None: none; see :mod:`.views`).
+    commit_fault : CommitFault or None
+        Containers' commits that fail.
+    volume_views : bool
+        Whether containers get their own view of a volume (a mount namespace each);
+        False once a container had to be given a link to the volume's folder.
     lock : threading.Lock
         Held by the server while it changes a record.
     """
@@ -391,6 +458,10 @@ class ServerState:
     function_calls: dict[str, FunctionCallRecord] = field(default_factory=dict)
     containers: dict[str, ContainerRecord] = field(default_factory=dict)
     app_heartbeat_timeout_s: float = 60.0
+    gpu_queue_delay_s: float = 0.0
+    background_commit_s: float | None = None
+    commit_fault: CommitFault | None = None
+    volume_views: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def methods(self) -> list[str]:
@@ -444,6 +515,30 @@ class ServerState:
         if not found:
             raise KeyError(name)
         return found[-1]
+
+    def bill(self) -> list[dict]:
+        """
+        What the server billed, one record per container: ``task_id``,
+        ``function_call_id``, ``gpu`` (its function's first-ranked GPU,
+        ``"<type>:<count>"`` or ``""``), ``start`` and ``end`` (seconds since the
+        epoch; ``end`` None while it runs) and ``seconds`` (from its start to its end
+        or now: Modal bills a container from its start, docs "Pricing").
+        """
+        now = self.now()
+        with self.lock:
+            containers = list(self.containers.values())
+            gpus = {f.function_id: (f.gpus or [""])[0] for f in self.functions.values()}
+        return [
+            {
+                "task_id": c.task_id,
+                "function_call_id": c.function_call_id,
+                "gpu": gpus.get(c.function_id, ""),
+                "start": c.started_at,
+                "end": c.ended_at,
+                "seconds": c.billed_s(now),
+            }
+            for c in containers
+        ]
 
     def running_containers(self) -> list[ContainerRecord]:
         """The containers whose process has not been seen gone."""

@@ -15,8 +15,9 @@ Served, each with the client code it answers (modal 1.6.4):
   modal/_utils/blob_utils.py).
 - ``VolumeRemoveFile`` (v1) and ``VolumeRemoveFile2`` (v2): ``remove_file``.
 - ``VolumeCommit`` and ``VolumeReload``: ``commit`` (which reloads unless the answer
-  says ``skip_reload``) and ``reload``; counted only: a container's mount path is a
-  link to the volume's folder (:mod:`.containers`), so it sees every change at once.
+  says ``skip_reload``) and ``reload``, from a container: its own view of the volume
+  published, or published and refreshed (:mod:`.views`); a commit may fail as the
+  server's :class:`~.state.CommitFault` says.
 
 Errors follow what the client turns them into (modal/_grpc_client.py,
 ``_STATUS_TO_EXCEPTION``): NOT_FOUND for a missing volume or path (``read_file`` and
@@ -39,6 +40,7 @@ from modal_proto import api_pb2
 
 from .blobs import BLOCK_PUT_RESPONSE_PREFIX
 from .state import VolumeRecord, new_id
+from .views import publish, refresh
 
 __all__ = ["BLOCK_SIZE", "DEFAULT_ENVIRONMENT", "VolumeRpcs"]
 
@@ -457,21 +459,63 @@ class VolumeRpcs:
         await self._remove(stream)
 
     # -- commit and reload ---------------------------------------------------------
+    def _view_of(self, stream, volume: VolumeRecord):
+        """The calling container's view of ``volume``, or None (a client's call)."""
+        task_id = stream.metadata.get("x-modal-task-id", "")
+        if stream.metadata.get("x-modal-client-type") != str(
+            api_pb2.CLIENT_TYPE_CONTAINER
+        ):
+            return None
+        with self.state.lock:
+            container = self.state.containers.get(task_id)
+        return None if container is None else container.views.get(volume.volume_id)
+
     async def VolumeCommit(self, stream) -> None:
         """
-        Count a commit; answer ``skip_reload=False``, so the client reloads next
-        (``_Volume.commit``, modal/volume.py).
+        Commit the calling container's view of the volume (:func:`~.views.publish`)
+        and answer ``skip_reload=False``, so the client reloads next
+        (``_Volume.commit``, modal/volume.py); a commit from outside a container
+        ("Must be called inside a container that mounts the Volume", same place) or
+        where volumes are linked, not viewed, is counted only.
+
+        Raises
+        ------
+        grpclib.GRPCError
+            The server's :class:`~.state.CommitFault` status, for a container's
+            commit that it fails (nothing published).
         """
         req = await stream.recv_message()
         volume = self._volume(req.volume_id)
+        view = self._view_of(stream, volume)
+        fault = self.state.commit_fault
         with self.state.lock:
             volume.commits += 1
+            failing = (
+                fault is not None
+                and stream.metadata.get("x-modal-client-type")
+                == str(api_pb2.CLIENT_TYPE_CONTAINER)
+                and fault.fails(volume.name)
+            )
+        if failing:
+            raise GRPCError(
+                Status[fault.status],
+                f"commit of volume '{volume.name}' failed (fault set by the test)",
+            )
+        if view is not None:
+            publish(view)
         await stream.send_message(api_pb2.VolumeCommitResponse(skip_reload=False))
 
     async def VolumeReload(self, stream) -> None:
-        """Count a reload (``_Volume._do_reload``, modal/volume.py)."""
+        """
+        Reload the calling container's view of the volume (:func:`~.views.refresh`:
+        its changes published, then the volume's current files); from outside a
+        container, counted only (``_Volume._do_reload``, modal/volume.py).
+        """
         req = await stream.recv_message()
         volume = self._volume(req.volume_id)
+        view = self._view_of(stream, volume)
         with self.state.lock:
             volume.reloads += 1
+        if view is not None:
+            refresh(view)
         await stream.send_message(empty_pb2.Empty())
