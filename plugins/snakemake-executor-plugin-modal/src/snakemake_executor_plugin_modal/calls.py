@@ -8,6 +8,7 @@ against a budget.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 import traceback
@@ -35,8 +36,11 @@ __all__ = [
     "unreadable_errors",
 ]
 
-#: Where containers mount the volume.
-MOUNT = "/snakemake-volume"
+#: Where containers mount the volume. ``SNAKEMAKE_MODAL_TEST_MOUNT`` moves it, read
+#: when this module is imported: the plugin's tests put it below a temporary folder,
+#: the only place where their local Modal server mounts volumes
+#: (tests/modal_server/README.md). Not a setting: on Modal the path never matters.
+MOUNT = os.environ.get("SNAKEMAKE_MODAL_TEST_MOUNT") or "/snakemake-volume"
 #: The most seconds a container may take to start, by default (``--modal-startup-
 #: seconds``): declared with every function as Modal's ``startup_timeout`` (a
 #: container that takes longer fails) and held by the budget beyond each call's
