@@ -893,8 +893,9 @@ def test_a_containers_view_is_fixed_until_it_reloads_and_commits_publish(tmp_pat
     """
     A container sees the volume as it was at its start until it reloads; what it
     writes reaches the volume when it commits (explicitly, or at its function's end,
-    after its output was sent), never when it is killed first; a commit that fails once raises in the container
-    (``RuntimeError`` from the client's ``ConflictError``) and the next one works.
+    after its output was sent), never when it is killed first; a commit that fails
+    once raises in the container (``RuntimeError`` from the client's
+    ``ConflictError``) and the next one works.
     """
     from .modal_server import CommitFault
     from .modal_server.containers import namespace_prefix
