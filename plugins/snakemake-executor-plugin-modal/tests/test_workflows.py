@@ -1,4 +1,5 @@
-"""Snakemake's own executor-plugin test workflows (simple, groups) on the fake Modal."""
+"""Snakemake's own executor-plugin test workflows (simple, groups) on the local Modal
+server, through the installed client."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import snakemake.common.tests
 
 from snakemake_executor_plugin_modal import ExecutorSettings
 
+from .helpers import spawned
+
 
 class TestWorkflows(snakemake.common.tests.TestWorkflowsBase):
     __test__ = True
 
     @pytest.fixture(autouse=True)
-    def _fake(self, fake_modal):
-        self.modal = fake_modal
+    def _server(self, modal_server):
+        self.server = modal_server
 
     def get_executor(self) -> str:
         return "modal"
@@ -35,8 +38,9 @@ class TestWorkflows(snakemake.common.tests.TestWorkflowsBase):
 
     def test_group_workflow(self, tmp_path):
         super().test_group_workflow(tmp_path)
-        calls = self.modal.fake_calls()
+        calls = spawned(self.server)
         # rules a and b of each sample form one group job: 3 groups + rule c
         assert len(calls) == 4, [c["function"] for c in calls]
+        assert {c["status"] for c in calls} == {"GENERIC_STATUS_SUCCESS"}
         out = tmp_path / "groups" / "test3.out"
         assert out.exists()
