@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import List, Optional
@@ -205,6 +206,11 @@ class Executor(RemoteExecutor):
         # thread): two jobs never pass the guard against the same budget left
         self._admit_lock = threading.RLock()
         self._waited = 0
+        # budget checks: one at a time (the status loop's, and those made while
+        # files download: `check_budget`), and when the last one was made
+        self._budget_lock = threading.Lock()
+        self._budget_checked: float | None = None
+        self._budget_gap_s = 0.0
         self.workdir = Path.cwd()
         # everything the run would refuse, said at once before the image is built
         problems = preflight.settings_problems(self.settings, self.workflow)
@@ -574,11 +580,7 @@ class Executor(RemoteExecutor):
             return
         # Modal's client calls block: they run in threads, not in Snakemake's event loop
         await asyncio.to_thread(self.cancel_orphans)
-        stop = self.budget_reached()
-        if stop is not None:
-            self.logger.error(f"Modal: {stop}")
-        if self.ledger.exhausted is not None:  # again each check: a cancel may fail
-            await asyncio.to_thread(self.cancel_all)
+        await asyncio.to_thread(self.check_budget)
         for job_info in active_jobs:
             external_id = job_info.external_jobid
             with self._calls_lock:
@@ -664,11 +666,37 @@ class Executor(RemoteExecutor):
                 self._calls[job_info.external_jobid] = call
             return call, spec
 
+    def check_budget(self) -> None:
+        """
+        The budget check: stop the run (one line, every call cancelled) when
+        `budget_reached` says so; once stopped, cancel again the calls whose cancel
+        failed. Made at every status check and, every status interval, while a
+        job's files download (`fetch_results`, `handle_job_error`), which hold up
+        the status loop or Snakemake's lock for minutes with a shard's thousands of
+        files; one check at a time (a second caller meanwhile returns at once).
+        """
+        if not self._budget_lock.acquire(blocking=False):
+            return
+        try:
+            now = time.monotonic()
+            if self._budget_checked is not None:
+                self._budget_gap_s = now - self._budget_checked
+            self._budget_checked = now
+            stop = self.budget_reached()
+            if stop is not None:
+                self.logger.error(f"Modal: {stop}")
+            if self.ledger.exhausted is not None:  # each check: a cancel may fail
+                self.cancel_all()
+        finally:
+            self._budget_lock.release()
+
     def budget_reached(self) -> str | None:
         """
         The line that stops the run when what is spent, the running calls' cost so
         far included, would reach the lowest budget of the running calls before the
-        next status check (`Ledger.spent_line`); None otherwise (or once said).
+        next budget check (`Ledger.spent_line`); None otherwise (or once said).
+        The next check is taken to come as late as the last one came after the one
+        before it, and no sooner than Snakemake's status interval.
         """
         if self.ledger.exhausted is not None:
             return None
@@ -678,10 +706,10 @@ class Executor(RemoteExecutor):
             budgets.append((float(self.settings.max_cost_usd), "--modal-max-cost-usd"))
         if not budgets:
             return None
-        interval = self.next_seconds_between_status_checks or 0
-        # what the running calls cost by the next check
-        running_usd = sum(c.cost_usd + c.usd_per_second * interval for c in running)
-        return self.ledger.spent_line(running_usd, min(budgets))
+        ahead_s = max(self.next_seconds_between_status_checks or 0, self._budget_gap_s)
+        running_usd = sum(c.cost_usd for c in running)
+        ahead_usd = sum(c.usd_per_second for c in running) * ahead_s
+        return self.ledger.spent_line(running_usd, min(budgets), ahead_usd, ahead_s)
 
     def cancel_all(self) -> None:
         """Cancel every running call not cancelled yet (the budget is reached; a
@@ -725,15 +753,24 @@ class Executor(RemoteExecutor):
         deletes a failed job's outputs anyway).
         """
         spec = job_info.aux["spec"]
+        ticks = self._download_ticks()
         if ok:
-            self.stager.download(spec["job_outputs"])
+            self.stager.download(spec["job_outputs"], **ticks)
             others = {rel for rel, _ in spec["outputs"]} - set(spec["job_outputs"])
             self.stager.download(
-                [*sorted(others), *spec["results"], spec["log"]], missing_ok=True
+                [*sorted(others), *spec["results"], spec["log"]],
+                missing_ok=True,
+                **ticks,
             )
         else:
             logs = [relative_to_workdir(f, self.workdir) for f in job_info.job.log]
-            self.stager.download([*logs, spec["log"]], missing_ok=True)
+            self.stager.download([*logs, spec["log"]], missing_ok=True, **ticks)
+
+    def _download_ticks(self) -> dict:
+        """`VolumeStager.download`'s ``tick`` and ``tick_s``: the budget check,
+        every status interval while files download."""
+        interval = self.next_seconds_between_status_checks or 10
+        return {"tick": self.check_budget, "tick_s": float(interval)}
 
     def handle_job_error(self, job):
         """
@@ -743,7 +780,9 @@ class Executor(RemoteExecutor):
         job's key), so that its retry and the next run compute only the rest.
         Snakemake calls this after the job's cleanup (``_handle_error`` in
         ``snakemake/scheduling/job_scheduler.py``: ``postprocess(error=True)``,
-        then ``handle_job_error``).
+        then ``handle_job_error``), under its scheduler's lock, which holds up the
+        status loop meanwhile: the budget is checked while the files download
+        (`check_budget`, every status interval).
         """
         spec = self._failed.pop(job, None)
         if spec is None:
@@ -751,7 +790,7 @@ class Executor(RemoteExecutor):
         try:
             finished = self.stager.finished(spec.get("members", []))
             if finished:
-                self.stager.download(finished)
+                self.stager.download(finished, **self._download_ticks())
                 self.logger.info(
                     f"Modal: job {self.get_jobname(job)} failed; {len(finished)} "
                     "output(s) its container finished are brought home and kept "

@@ -769,25 +769,36 @@ class Ledger:
         return admission.message if admission.verdict == "refuse" else None
 
     def spent_line(
-        self, running_usd: float, limit: tuple[float, str] | None
+        self,
+        running_usd: float,
+        limit: tuple[float, str] | None,
+        ahead_usd: float = 0.0,
+        ahead_s: float = 0.0,
     ) -> str | None:
         """
         The line that stops the run once what is spent, the running calls' cost so
-        far included (`running_usd`), has reached the budget; None before. Sets
-        `exhausted`.
+        far included (`running_usd`), has reached the budget, or would reach it
+        before the next budget check (`ahead_usd`, what the running calls cost in
+        the `ahead_s` seconds until then); None before. Sets `exhausted`.
         """
         limit = self.budget_of(limit)
         if limit is None:
             return None
         usd, source = limit
         spent = self.cost_usd + running_usd
-        if spent < usd:
+        if spent + ahead_usd < usd:
             return None
         sep = " " if source.startswith("--") else "="
+        ahead = ""
+        if spent < usd:  # reached only by the next check: said as such
+            ahead = (
+                f", {spent + ahead_usd:.2f} USD by the next budget check (about "
+                f"{ahead_s:.0f} s away) if they ran on"
+            )
         self.exhausted = (
-            f"{source}{sep}{usd:g}: {spent:.2f} USD spent, running calls included; "
-            "the budget is reached: every call is cancelled and no job is submitted "
-            "(raise the limit to go on; finished outputs are kept)"
+            f"{source}{sep}{usd:g}: {spent:.2f} USD spent, running calls "
+            f"included{ahead}; the budget is reached: every call is cancelled and no "
+            "job is submitted (raise the limit to go on; finished outputs are kept)"
         )
         return self.exhausted
 

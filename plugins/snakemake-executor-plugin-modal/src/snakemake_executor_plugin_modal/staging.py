@@ -24,8 +24,8 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path, PurePosixPath
 
 from snakemake_interface_common.exceptions import WorkflowError
@@ -326,7 +326,13 @@ class VolumeStager:
                     batch.put_file(str(f), "/" + self.remote_path(frel))
                 batch.put_file(str(record), "/" + self.remote_path(MANIFEST))
 
-    def download(self, paths: Iterable[str], missing_ok: bool = False) -> list[str]:
+    def download(
+        self,
+        paths: Iterable[str],
+        missing_ok: bool = False,
+        tick: Callable[[], None] | None = None,
+        tick_s: float = 10.0,
+    ) -> list[str]:
         """
         Fetch files (or whole folders) from the volume into the working directory:
         one listing of the prefix, then the files in parallel.
@@ -341,6 +347,12 @@ class VolumeStager:
             Paths relative to the working directory.
         missing_ok : bool
             Skip paths absent from the volume instead of raising.
+        tick : callable, optional
+            Called every `tick_s` seconds while the files download (the executor's
+            budget check: a shard's thousands of files take minutes, during which
+            Snakemake's status loop, or its lock, waits for this call).
+        tick_s : float
+            Seconds between calls of `tick`.
 
         Returns
         -------
@@ -377,7 +389,23 @@ class VolumeStager:
                 )
             todo.update({f: files[f] for f in below})
         with ThreadPoolExecutor(DOWNLOAD_THREADS) as pool:
-            list(pool.map(lambda item: self._fetch(*item), todo.items()))
+            futures = [pool.submit(self._fetch, *item) for item in todo.items()]
+            pending = set(futures)
+            while pending:
+                done, pending = wait(
+                    pending,
+                    timeout=tick_s if tick is not None else None,
+                    return_when=FIRST_EXCEPTION,
+                )
+                if any(f.exception() is not None for f in done):
+                    for f in pending:
+                        f.cancel()
+                    break
+                if pending and tick is not None:
+                    tick()
+            for f in futures:  # the first error, as raised by the fetch
+                if f.done() and not f.cancelled() and f.exception() is not None:
+                    raise f.exception()
         return sorted(todo)
 
     def _fetch(self, frel: str, entry) -> None:
