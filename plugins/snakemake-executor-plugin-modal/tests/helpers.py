@@ -73,7 +73,7 @@ def spawned(server) -> list[dict]:
         ``"<type>:<count>"`` or ``""``), ``args`` (the call's positional arguments:
         the job's spec), ``status`` (its output's ``GenericResult`` status name, ``""``
         while unfinished), ``cancelled`` (a ``FunctionCallCancel`` came) and
-        ``task_ids`` (its containers).
+        ``task_ids`` (its containers) and ``volumes`` (mount path -> volume name).
 
     Notes
     -----
@@ -85,6 +85,7 @@ def spawned(server) -> list[dict]:
     with state.lock:
         calls = sorted(state.function_calls.values(), key=lambda c: c.created_at)
         functions = dict(state.functions)
+        names = {v.volume_id: v.name for v in state.volumes.values()}
     records = []
     for call in calls:
         function = functions[call.function_id]
@@ -104,6 +105,10 @@ def spawned(server) -> list[dict]:
                 "status": call.status_name,
                 "cancelled": call.cancelled,
                 "task_ids": list(call.task_ids),
+                "volumes": {
+                    m.mount_path: names.get(m.volume_id, m.volume_id)
+                    for m in function.definition.volume_mounts
+                },
             }
         )
     return records

@@ -11,7 +11,7 @@ import pytest
 
 from snakemake_executor_plugin_modal.staging import default_prefix
 
-from .helpers import run_snakemake
+from .helpers import run_snakemake, spawned
 
 SLOW = """
 rule all:
@@ -37,11 +37,32 @@ rule copy:
 """
 
 
-def calls(fake_modal):
-    return fake_modal.fake_calls()
+def calls(backend):
+    """The calls spawned: on the local Modal server (the ``modal_server`` fixture's,
+    ``helpers.spawned``) or on the fake (``fake_modal``, for the tests left there)."""
+    if hasattr(backend, "state"):
+        return spawned(backend)
+    return backend.fake_calls()
 
 
-def test_failing_command_reports_log_tail_and_keeps_no_output(fake_modal, tmp_path):
+def cancels(server) -> list[str]:
+    """The call ids whose ``FunctionCall.cancel`` reached the local Modal server."""
+    return [
+        c.requests[0].function_call_id
+        for c in server.state.calls_of("FunctionCallCancel")
+    ]
+
+
+def stdout_of(server, call_id: str) -> str:
+    """What the call's containers wrote to their output (Modal's logs)."""
+    state = server.state
+    return "".join(
+        (state.containers[t].folder / "stdout.log").read_text(errors="replace")
+        for t in state.function_calls[call_id].task_ids
+    )
+
+
+def test_failing_command_reports_log_tail_and_keeps_no_output(modal_server, tmp_path):
     snakefile = """
 rule all:
     input: "out.txt"
@@ -59,7 +80,7 @@ rule fail:
     )  # Snakemake's own exit status in the container
     assert "the model diverged" in (tmp_path / "fail.log").read_text()  # log fetched
     assert not (tmp_path / "out.txt").exists()
-    assert len(calls(fake_modal)) == 1
+    assert len(calls(modal_server)) == 1
 
 
 SHARD = """
@@ -153,7 +174,7 @@ def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp
 
 
 def test_a_failing_image_spares_the_others_and_a_rerun_reuses_them(
-    fake_modal, tmp_path
+    modal_server, tmp_path
 ):
     ran = tmp_path / "ran"
     ran.mkdir()
@@ -230,7 +251,7 @@ def test_an_image_build_failure_stops_the_run_before_any_job(fake_modal, tmp_pat
     assert calls(fake_modal) == []
 
 
-def test_timeout_stops_the_container_and_its_log_comes_back(fake_modal, tmp_path):
+def test_timeout_stops_the_container_and_its_log_comes_back(modal_server, tmp_path):
     started = time.monotonic()
     result = run_snakemake(
         tmp_path,
@@ -246,25 +267,24 @@ def test_timeout_stops_the_container_and_its_log_comes_back(fake_modal, tmp_path
     assert result.returncode != 0
     text = result.stdout + result.stderr
     assert "ran past its timeout of 20 s" in text
-    assert calls(fake_modal)[0]["timeout"] == 20
+    assert calls(modal_server)[0]["timeout"] == 20
     # the container's log, synced while it ran: its tail printed, the whole kept
     log = tmp_path / ".snakemake" / "modal" / "snakejob.slow.1.sh.log"
     assert f"whole log: {log}" in text
     assert "Building DAG of jobs" in log.read_text()
     # and streamed to the container's output (Modal's logs)
-    call_id = calls(fake_modal)[0]["call_id"]
-    streamed = tmp_path / "fake-modal" / "containers" / call_id / "container.log"
-    assert "Building DAG of jobs" in streamed.read_text()
+    call_id = calls(modal_server)[0]["call_id"]
+    assert "Building DAG of jobs" in stdout_of(modal_server, call_id)
 
 
-def test_runtime_resource_sets_the_timeout(fake_modal, tmp_path):
+def test_runtime_resource_sets_the_timeout(modal_server, tmp_path):
     snakefile = SLOW.replace("resources: gpu=1", "resources: gpu=1, runtime=2")
     result = run_snakemake(tmp_path, snakefile, "--config", "sleep=0")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert calls(fake_modal)[0]["timeout"] == 120
+    assert calls(modal_server)[0]["timeout"] == 120
 
 
-def test_ctrl_c_cancels_running_containers(fake_modal, tmp_path):
+def test_ctrl_c_cancels_running_containers(modal_server, tmp_path):
     proc = run_snakemake(
         tmp_path,
         SLOW,
@@ -272,7 +292,6 @@ def test_ctrl_c_cancels_running_containers(fake_modal, tmp_path):
         "sleep=97",
         popen={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True},
     )
-    calls_file = tmp_path / "fake-modal" / "calls.jsonl"
     deadline = time.monotonic() + 60
     while not _sleeping("sleep 97") and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -284,10 +303,10 @@ def test_ctrl_c_cancels_running_containers(fake_modal, tmp_path):
     while _sleeping("sleep 97") and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _sleeping("sleep 97"), "a container outlived Ctrl-C"
-    assert len(calls_file.read_text().splitlines()) == 1
-    # stopped by the plugin's cancel, not only by the app's stop (a fake container
-    # outlives the client; each cancel that reaches the fake is recorded)
-    assert fake_modal.fake_cancels() == [calls(fake_modal)[0]["call_id"]]
+    assert len(calls(modal_server)) == 1
+    # stopped by the plugin's cancel, not only by the app's stop (each cancel that
+    # reaches the server is recorded)
+    assert cancels(modal_server) == [calls(modal_server)[0]["call_id"]]
     assert not (tmp_path / "out.txt").exists()
 
 
@@ -301,7 +320,7 @@ def _sleeping(pattern: str) -> bool:
     )
 
 
-def test_cost_guard_refuses_a_job_over_budget(fake_modal, tmp_path):
+def test_cost_guard_refuses_a_job_over_budget(modal_server, tmp_path):
     # 10 minutes of one T4 cost 0.0984 USD, more with its start-up: over 0.05 USD
     snakefile = SLOW.replace("resources: gpu=1", "resources: gpu=1, runtime=10")
     result = run_snakemake(
@@ -311,30 +330,35 @@ def test_cost_guard_refuses_a_job_over_budget(fake_modal, tmp_path):
     text = result.stdout + result.stderr
     # worst case: 0.000164 USD/s x (600 s + 120 s of start-up) = 0.118 USD
     assert "--modal-max-cost-usd 0.05" in text and "0.12 USD" in text
-    assert calls(fake_modal) == []
+    assert calls(modal_server) == []
 
 
-def test_cost_is_reported_at_the_end(fake_modal, tmp_path):
+def test_cost_is_reported_at_the_end(modal_server, tmp_path):
     result = run_snakemake(tmp_path, SLOW, "--config", "sleep=0")
     assert result.returncode == 0, result.stderr[-3000:]
     text = result.stdout + result.stderr
     assert "Modal: 1 container(s)" in text and "USD spent" in text
-    call = calls(fake_modal)[0]
-    assert call["gpu"] == "T4"
-    assert call["volumes"] == {"/snakemake-volume": "tests"}
+    call = calls(modal_server)[0]
+    assert call["gpus"] == ["T4:1"]
+    # the plugin's mount path, below the test's folder (SNAKEMAKE_MODAL_TEST_MOUNT)
+    assert call["volumes"] == {str(modal_server.mount): "tests"}
 
 
-def test_missing_credentials_stop_the_run_with_one_message(fake_modal, tmp_path):
+def test_missing_credentials_stop_the_run_with_one_message(modal_server, tmp_path):
     result = run_snakemake(
-        tmp_path, SLOW, "--config", "sleep=0", env={"FAKE_MODAL_NO_TOKEN": "1"}
+        tmp_path,
+        SLOW,
+        "--config",
+        "sleep=0",
+        env={"MODAL_TOKEN_ID": "", "MODAL_TOKEN_SECRET": ""},
     )
     assert result.returncode != 0
     assert "no Modal credentials: run `modal token new`" in result.stderr
-    assert calls(fake_modal) == []
+    assert calls(modal_server) == []
 
 
 def test_an_input_a_container_cannot_see_is_refused_before_any_job(
-    fake_modal, tmp_path
+    modal_server, tmp_path
 ):
     (tmp_path / "outside.txt").write_text("x")
     snakefile = """
@@ -349,10 +373,10 @@ rule copy:
     result = run_snakemake(tmp_path / "wf", snakefile)
     assert result.returncode != 0
     assert "job copy: ../outside.txt is outside the working directory" in result.stderr
-    assert calls(fake_modal) == []
+    assert calls(modal_server) == []
 
 
-def test_a_jobs_modal_gpu_and_budget_resources_win(fake_modal, tmp_path):
+def test_a_jobs_modal_gpu_and_budget_resources_win(modal_server, tmp_path):
     """A workflow hands each job its GPU (a fallback list too) and budget as
     resources (what its dry run reads); --modal-gpu T4 serves the other jobs."""
     snakefile = """
@@ -376,11 +400,12 @@ rule default_gpu:
 """
     result = run_snakemake(tmp_path, snakefile)
     assert result.returncode == 0, result.stderr[-3000:]
-    by_rule = {c["args"][0]["members"][0]["outputs"][0]: c for c in calls(fake_modal)}
-    assert by_rule["a.txt"]["gpu"] == "H100"
-    assert by_rule["b.txt"]["gpu"] == ["A100-80GB", "H100"]  # its own function
+    by_rule = {c["args"][0]["members"][0]["outputs"][0]: c for c in calls(modal_server)}
+    assert by_rule["a.txt"]["gpus"] == ["H100:1"]
+    # its own function, the list as FunctionCreate carried it
+    assert by_rule["b.txt"]["gpus"] == ["A100-80GB:1", "H100:1"]
     assert by_rule["b.txt"]["function"] == "run_job_gpu1"
-    assert by_rule["c.txt"]["gpu"] == "T4"
+    assert by_rule["c.txt"]["gpus"] == ["T4:1"]
     # a budget resource below what the job would cost refuses it, naming it
     over = snakefile.replace('modal_max_cost_usd="50"', 'modal_max_cost_usd="0.05"')
     over = over.replace("gpu=1, modal_gpu", "gpu=1, runtime=10, modal_gpu")
@@ -477,7 +502,7 @@ def test_errors_at_app_start_are_named_for_what_they_are(
     assert calls(fake_modal) == []
 
 
-def test_the_jobs_own_python_finds_the_local_packages(fake_modal, tmp_path):
+def test_the_jobs_own_python_finds_the_local_packages(modal_server, tmp_path):
     """A local package copied into the image (--modal-local-packages) is importable
     by the job's own Python, which runs from a scratch folder, not from where Modal
     mounts the package."""
@@ -492,21 +517,19 @@ rule imp:
     output: "out.txt"
     shell: "python -c 'import mglocalpkg; print(mglocalpkg.VALUE)' > {output}"
 """
-    from .helpers import FAKE
-
     result = run_snakemake(
         tmp_path / "wf",
         snakefile,
         "--modal-local-packages",
         "mglocalpkg",
-        env={"PYTHONPATH": f"{FAKE}:{pkgs}"},
+        env={"PYTHONPATH": str(pkgs)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "wf" / "out.txt").read_text() == "from-the-image\n"
 
 
 def test_what_a_run_would_refuse_is_refused_before_the_image_is_built(
-    fake_modal, tmp_path
+    modal_server, tmp_path
 ):
     """An unknown GPU type (of --modal-gpu, or of a job's resource: Modal's server
     would reject it only after the build), a job over its budget and an input outside
@@ -539,8 +562,9 @@ rule copy:
     assert "allowed: A10, A100" in text
     assert "job over_budget: resource modal_max_cost_usd=1:" in text
     assert "job copy: ../outside.txt is outside the working directory" in text
-    assert "[fake modal] building" not in text
     bad_default = run_snakemake(tmp_path / "wf2", SLOW, "--modal-gpu", "X9000")
     assert "--modal-gpu = 'X9000': GPU type 'X9000' is not one" in bad_default.stderr
-    assert "[fake modal] building" not in bad_default.stdout + bad_default.stderr
-    assert calls(fake_modal) == []
+    # no image was asked for, no app started
+    assert modal_server.state.calls_of("ImageGetOrCreate") == []
+    assert modal_server.state.calls_of("AppCreate") == []
+    assert calls(modal_server) == []
