@@ -67,7 +67,7 @@ def test_a_hanging_shard_is_cancelled_when_the_budget_is_reached(fake_modal, tmp
     assert fake_modal.fake_running() == []
 
 
-def test_the_first_wave_holds_each_calls_worst_case(fake_modal, tmp_path):
+def test_the_first_wave_holds_each_calls_worst_case(modal_server, tmp_path):
     """
     Ten one-image jobs of runtime 1 min on a T4 with a budget for three worst cases
     (3 x 0.000164 x (60 + 10) s = 0.03444 USD): three start at once, the others wait
@@ -97,9 +97,10 @@ rule image:
     text = result.stdout + result.stderr
     assert result.returncode == 0, text[-3000:]
     assert text.count(" waits: ") >= 7  # at most 3 of the 10 started at once
-    assert len(calls(fake_modal)) == 10
-    # never more than three containers at once (what the fake billed)
-    bill = fake_modal.fake_bill()
+    assert len(calls(modal_server)) == 10
+    # never more than three containers at once (what the server billed)
+    bill = modal_server.state.bill()
+    assert all(b["end"] is not None for b in bill)
     for record in bill:
         at = record["start"] + 0.01
         assert sum(b["start"] <= at < b["end"] for b in bill) <= 3
@@ -189,7 +190,7 @@ def test_a_cancel_that_fails_is_tried_again(fake_modal, tmp_path):
 THREE = SHARD.replace("i=range(2)", "i=range(3)")
 
 
-def test_a_failed_shard_brings_home_the_images_it_finished(fake_modal, tmp_path):
+def test_a_failed_shard_brings_home_the_images_it_finished(modal_server, tmp_path):
     """
     One image of a shard of three fails: the two others, committed by the container,
     are downloaded once Snakemake has removed the failed job's outputs; the next run
@@ -211,22 +212,27 @@ def test_a_failed_shard_brings_home_the_images_it_finished(fake_modal, tmp_path)
     assert (work / "img1.txt").read_text() == "1\n"
 
 
-def test_ten_thousand_targets_start_in_one_container(fake_modal, tmp_path):
+def test_ten_thousand_targets_start_in_one_container(modal_server, tmp_path):
     """
     A shard's targets go to the shell in a file: 10,000 ``--target-jobs`` entries
     (about 540 KB, above the 128 KiB that one argument of ``sh -c`` may hold) reach
     the command as 10,000 arguments.
     """
+    import modal
+
     from snakemake_executor_plugin_modal.container import TARGETS, run_job
 
-    volume = fake_modal.Volume.from_name("big", create_if_missing=True)
-    app = fake_modal.App("big")
-    function = app.function(volumes={"/mnt": volume}, timeout=120)(run_job)
+    mount = str(modal_server.mount)
+    volume = modal.Volume.from_name("big", create_if_missing=True)
+    app = modal.App("big")
+    function = app.function(volumes={mount: volume}, timeout=120, serialized=True)(
+        run_job
+    )
     targets = [
         f"'estimate_image:area=V1,encoder=resnet50,index={i:05d}'" for i in range(10000)
     ]
     spec = {
-        "mount": "/mnt",
+        "mount": mount,
         "volume": "big",
         "prefix": "wf",
         "stage": [],
