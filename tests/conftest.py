@@ -120,7 +120,8 @@ def tiny_copy(tiny_run, tmp_path) -> Path:
     return copy
 
 
-#: Fixtures whose setup runs the workflow, a cluster or a fake backend.
+#: Fixtures whose setup runs the workflow, a cluster, a fake backend or the local
+#: Modal server (whose containers are processes).
 SLOW_FIXTURES = {
     "tiny_run",
     "tiny_copy",
@@ -128,6 +129,7 @@ SLOW_FIXTURES = {
     "slurm_run",
     "modal_run",
     "fake_modal",
+    "modal_server",
 }
 #: What a test's own code calls to start a process.
 STARTS_A_PROCESS = ("run_snakemake(", "subprocess.", "Popen(", "run_workflow(", "cli(")
