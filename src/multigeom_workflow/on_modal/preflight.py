@@ -43,10 +43,14 @@ def modal_run_problems(
         Empty when the run is not for Modal or nothing would be refused.
     """
     from snakemake_executor_plugin_modal import preflight
+    from snakemake_executor_plugin_modal.prices import give_prices
 
     settings = settings if settings is not None else preflight.requested_settings()
     if settings is None:
         return []
+    # the config's prices (modal.prices_usd_per_s) price the run's budget guard as
+    # they price the estimate: a GPU type priced there is not refused
+    give_prices(scenario.modal.get("prices_usd_per_s") or {})
     problems = preflight.settings_problems(settings)
     gpu = preflight.gpu_problem(str(scenario.modal["gpu"]), "config key 'modal.gpu'")
     if gpu:

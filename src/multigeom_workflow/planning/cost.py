@@ -59,18 +59,20 @@ MODAL_PLUGIN_MISSING = (
 
 def modal_prices() -> dict[str, float] | None:
     """
-    Modal GPU prices in USD per second: the Modal executor plugin's table
-    (``snakemake_executor_plugin_modal.prices.PRICES_USD_PER_S``, a third-party copy of
-    Modal's price page with its date), so that the estimate and the plugin's cost
-    guard price alike; the config key ``modal.prices_usd_per_s`` overrides or adds
-    entries. None where the plugin is not installed: it is imported only here, when a
-    Modal price is asked for.
+    Modal GPU prices in USD per second: the Modal executor plugin's
+    (``snakemake_executor_plugin_modal.prices.price_table``: its table, a third-party
+    copy of Modal's price page with its date, and the prices given with
+    ``--modal-gpu-prices``), so that the estimate and the plugin's cost guard price
+    alike; the config key ``modal.prices_usd_per_s`` overrides or adds entries (and
+    is given to the plugin for a run on Modal: ``on_modal.preflight``). None where the
+    plugin is not installed: it is imported only here, when a Modal price is asked
+    for.
     """
     try:
-        from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
+        from snakemake_executor_plugin_modal.prices import price_table
     except ModuleNotFoundError:
         return None
-    return dict(PRICES_USD_PER_S)
+    return price_table()
 
 
 #: Seconds per image with the paper's estimator settings: an RTX 5090-class local GPU

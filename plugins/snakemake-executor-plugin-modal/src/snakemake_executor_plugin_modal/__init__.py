@@ -154,6 +154,19 @@ class ExecutorSettings(ExecutorSettingsBase):
             "unparse_func": _lines,
         },
     )
+    gpu_prices: Optional[List[str]] = field(
+        default=None,
+        metadata={
+            "help": "--modal-gpu-prices: prices of GPU types, USD per GPU-second as "
+            "Modal's price page shows them, as TYPE=USD (e.g. "
+            "'RTX-PRO-6000=0.000842'): for a type the plugin's table lacks (it "
+            "refuses a GPU without a price, which no budget could guard) or whose "
+            "price changed; they win over the table.",
+            "nargs": "+",
+            "parse_func": _words,
+            "unparse_func": _words,
+        },
+    )
     sync_seconds: int = field(
         default=30,
         metadata={

@@ -21,7 +21,13 @@ from pathlib import Path
 from snakemake_interface_common.exceptions import WorkflowError
 
 from .image import check_python_version
-from .prices import PRICES_USD_PER_S, parse_gpu, price_per_second
+from .prices import (
+    give_prices,
+    parse_gpu,
+    parse_prices,
+    price_per_second,
+    price_table,
+)
 
 __all__ = [
     "OAUTH_SETTINGS",
@@ -38,8 +44,14 @@ _REQUESTED: dict = {"settings": None}
 
 def _record(settings) -> None:
     """Called by ``ExecutorSettings.__post_init__``: Snakemake made the settings of
-    ``--executor modal`` in this process (its command line or profile asked for it)."""
+    ``--executor modal`` in this process (its command line or profile asked for it).
+    Their GPU prices are given to the price table (malformed ones are left to
+    :func:`settings_problems`, which names them)."""
     _REQUESTED["settings"] = settings
+    try:
+        give_prices(parse_prices(getattr(settings, "gpu_prices", None) or []))
+    except ValueError:
+        pass
 
 
 def requested_settings():
@@ -56,7 +68,7 @@ def known_gpu_types() -> list[str]:
     """GPU types the plugin knows Modal to offer and can price (with aliases)."""
     from .prices import _ALIASES
 
-    return sorted({*PRICES_USD_PER_S, *_ALIASES})
+    return sorted({*price_table(), *_ALIASES})
 
 
 #: Modal's OAuth settings (modal 1.6.4, ``modal/config.py``: read from
@@ -136,7 +148,10 @@ def gpu_problem(spec, where: str) -> str | None:
     if unknown:
         return (
             f"{where} = {spec!r}: GPU type {unknown[0]!r} is not one the plugin knows "
-            f"Modal to offer, with its price; allowed: {', '.join(known_gpu_types())}"
+            "Modal to offer, with its price (no budget can guard a GPU without one); "
+            "if Modal sells it, give its price per GPU-second from Modal's price page "
+            f"as --modal-gpu-prices {unknown[0]}=<USD> (a profile's modal-gpu-prices); "
+            f"allowed: {', '.join(known_gpu_types())}"
         )
     return None
 
@@ -178,6 +193,10 @@ def settings_problems(settings, workflow=None) -> list[str]:
     missing = credentials_problem()
     if missing:
         problems.append(missing)
+    try:
+        parse_prices(getattr(settings, "gpu_prices", None) or [])
+    except ValueError as e:
+        problems.append(str(e))
     storage = getattr(workflow, "storage_settings", None)
     provider = getattr(storage, "default_storage_provider", None)
     if provider:

@@ -11,10 +11,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["PRICES_USD_PER_S", "GpuRequest", "parse_gpu", "price_per_second"]
+__all__ = [
+    "PRICES_USD_PER_S",
+    "GpuRequest",
+    "give_prices",
+    "given_prices",
+    "parse_gpu",
+    "parse_prices",
+    "price_per_second",
+    "price_table",
+]
 
 #: Modal GPU prices in USD per second per GPU (third-party copy of Modal's price page,
 #: https://modal.com/pricing, July 2026). ``A100`` alone is Modal's 40 GB model.
+#: Types Modal sells that are not here (``RTX-PRO-6000`` and ``B200+`` among them;
+#: modal 1.6.4's client holds no list of types, its server checks them) have no
+#: price the plugin could copy from a dated page: a run refuses them in one line
+#: until a price is given (``--modal-gpu-prices``, :func:`give_prices`), rather
+#: than guessing one.
 PRICES_USD_PER_S = {
     "B200": 0.001736,
     "H200": 0.001261,
@@ -27,6 +41,10 @@ PRICES_USD_PER_S = {
     "T4": 0.000164,
 }
 _ALIASES = {"A100": "A100-40GB", "A10G": "A10", "H100!": "H100"}
+#: Prices given for this run (``--modal-gpu-prices``; a workflow may add its own),
+#: USD per second per GPU, by type as :func:`parse_gpu` writes it; they win over
+#: :data:`PRICES_USD_PER_S`.
+_GIVEN: dict[str, float] = {}
 
 
 @dataclass(frozen=True)
@@ -124,10 +142,68 @@ def parse_gpu(spec: str | list[str]) -> GpuRequest:
 
 def price_per_second(gpu_type: str) -> float:
     """
-    Price of one GPU of a type, USD per second; ``nan`` for a type not in the table.
+    Price of one GPU of a type, USD per second; ``nan`` for a type without one.
 
-    Source: :data:`PRICES_USD_PER_S`.
+    Source: the prices given (:func:`give_prices`), else :data:`PRICES_USD_PER_S`.
     """
-    key = gpu_type.upper()
-    key = _ALIASES.get(key, key)
-    return PRICES_USD_PER_S.get(key, math.nan)
+    key = _key(gpu_type)
+    return _GIVEN.get(key, PRICES_USD_PER_S.get(key, math.nan))
+
+
+def _key(gpu_type: str) -> str:
+    key = str(gpu_type).strip().upper()
+    return _ALIASES.get(key, key)
+
+
+def parse_prices(entries) -> dict[str, float]:
+    """
+    Read GPU prices given as ``TYPE=USD`` (USD per second per GPU, as Modal's price
+    page, https://modal.com/pricing, shows them), e.g. ``RTX-PRO-6000=0.000842``.
+
+    Parameters
+    ----------
+    entries : list of str, or str
+        One entry each (a string holds entries separated by spaces).
+
+    Returns
+    -------
+    dict
+        Type (upper case, aliases resolved) -> USD per second.
+
+    Raises
+    ------
+    ValueError
+        If an entry is not ``TYPE=USD`` with a price > 0.
+    """
+    if isinstance(entries, str):
+        entries = entries.split()
+    found = {}
+    for entry in entries or []:
+        gpu_type, sep, usd = str(entry).partition("=")
+        try:
+            price = float(usd) if sep and gpu_type.strip() else math.nan
+        except ValueError:
+            price = math.nan
+        if not price > 0 or math.isinf(price):
+            raise ValueError(
+                f"--modal-gpu-prices: {entry!r} is not TYPE=USD, the price of one GPU "
+                "per second from Modal's price page (e.g. 'RTX-PRO-6000=0.000842')"
+            )
+        found[_key(gpu_type)] = price
+    return found
+
+
+def give_prices(prices: dict[str, float]) -> None:
+    """Add prices (type -> USD per second per GPU) for this process's run; they
+    win over the table."""
+    _GIVEN.update({_key(k): float(v) for k, v in prices.items()})
+
+
+def given_prices() -> dict[str, float]:
+    """The prices given for this run (:func:`give_prices`)."""
+    return dict(_GIVEN)
+
+
+def price_table() -> dict[str, float]:
+    """Every priced type, USD per second per GPU: the table and the prices given."""
+    return {**PRICES_USD_PER_S, **_GIVEN}
