@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_CONFIG = REPO / "tests" / "data" / "tiny.yaml"
@@ -106,9 +107,23 @@ def tiny_run(tmp_path_factory) -> Path:
     in a Python without the Modal plugin (`WITHOUT_MODAL`): a local install runs the
     demo without it.
     """
-    workdir = tmp_path_factory.mktemp("tiny-demo")
-    result = run_snakemake(workdir, env=WITHOUT_MODAL)
-    assert result.returncode == 0, result.stderr[-4000:]
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:  # one process: its own
+        workdir = tmp_path_factory.mktemp("tiny-demo")
+        result = run_snakemake(workdir, env=WITHOUT_MODAL)
+        assert result.returncode == 0, result.stderr[-4000:]
+        return workdir
+    # Under pytest-xdist, the workers' base folders share a parent: the first worker
+    # to need the demo builds it there, under a lock, and the others read it (the
+    # recipe of pytest-xdist's docs, "Making session-scoped fixtures execute once").
+    shared = tmp_path_factory.getbasetemp().parent
+    workdir, done = shared / "tiny-demo", shared / "tiny-demo.done"
+    with FileLock(shared / "tiny-demo.lock"):
+        if not done.exists():
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir()
+            result = run_snakemake(workdir, env=WITHOUT_MODAL)
+            assert result.returncode == 0, result.stderr[-4000:]
+            done.touch()
     return workdir
 
 
@@ -161,6 +176,62 @@ def _starts_a_process(item) -> bool:
             ):
                 todo.append(g)
     return False
+
+
+def pytest_configure(config):
+    """
+    Under pytest-xdist, each worker's torch gets its share of the cores (cores /
+    workers): torch's default, a thread per core in every worker, oversubscribes
+    the machine and its OpenMP threads spin while they wait (the fast tier took
+    twice as long on 2 cores, and three times the CPU). The processes a test starts
+    keep their own defaults.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+def process_group(nodeid: str) -> str:
+    """
+    The pytest-xdist work unit of the test `nodeid`: its file, so that a file's
+    module fixtures are made once; every file of the SLURM cluster
+    (``test_slurm*.py``) in one unit, as they share the one cluster (its
+    allocations, and a test that stops its accounting).
+    """
+    file = nodeid.split("::", 1)[0]
+    return "slurm" if Path(file).name.startswith("test_slurm") else file
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """
+    pytest-xdist's scheduler by scope (``loadscope``, larger units first) with
+    `process_group` as the scope. xdist's own groups (``--dist loadgroup`` and the
+    ``xdist_group`` mark) do nothing on pytest 9.2: xdist 3.8 renames a test by
+    setting ``item._nodeid``, which pytest 9.2 no longer reads (``Node.nodeid``
+    is ``str(self._id)``, _pytest/nodes.py).
+
+    Raises
+    ------
+    pytest.UsageError
+        pytest-xdist's ``LoadScopeScheduling`` no longer has ``_split_scope`` (the
+        method xdist's own ``LoadFileScheduling`` overrides): one line naming it.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    if not callable(getattr(LoadScopeScheduling, "_split_scope", None)):
+        raise pytest.UsageError(
+            "pytest-xdist's LoadScopeScheduling has no _split_scope: the SLURM tests "
+            "cannot be kept in one process (tests/conftest.py); run with -n 0"
+        )
+
+    class ByProcessGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return process_group(nodeid)
+
+    return ByProcessGroup(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

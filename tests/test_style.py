@@ -55,3 +55,26 @@ def test_ruff_flags_a_public_function_without_docstring(tmp_path):
     }
     assert flagged == {"src/pkg/probe.py"}, result.stdout
     assert "D103" in result.stdout
+
+
+def test_the_suites_processes_keep_the_slurm_files_together_and_files_whole():
+    """
+    pytest-xdist's work units (tests/conftest.py): every SLURM file in one (the one
+    cluster, whose accounting one test stops), every other file whole in its own
+    (module fixtures made once), on the scheduler method xdist still has.
+    """
+    from conftest import process_group
+    from xdist.scheduler import LoadScopeScheduling
+
+    slurm = sorted(p.name for p in (REPO / "tests").glob("test_slurm*.py"))
+    assert slurm == [
+        "test_slurm.py",
+        "test_slurm_endings.py",
+        "test_slurm_site.py",
+        "test_slurm_status.py",
+    ]
+    assert {process_group(f"tests/{name}::test_x") for name in slurm} == {"slurm"}
+    assert process_group("tests/test_modal.py::test_x[a::b]") == "tests/test_modal.py"
+    plugin = "plugins/snakemake-executor-plugin-modal/tests/test_units.py"
+    assert process_group(f"{plugin}::test_y") == plugin
+    assert callable(LoadScopeScheduling._split_scope)
