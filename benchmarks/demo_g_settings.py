@@ -46,7 +46,12 @@ def _override(settings: dict, variant: str) -> dict:
         node = out
         for p in parents:
             node = node[p]
-        node[leaf] = yaml.safe_load(value)
+        value = yaml.safe_load(value)
+        try:  # YAML reads 1e-2 as text (it wants 1.0e-2)
+            value = float(value) if isinstance(value, str) else value
+        except ValueError:
+            pass
+        node[leaf] = value
     return out
 
 
@@ -134,9 +139,8 @@ def main(argv=None):
     )
     for variant in args.variant or [""]:
         settings = _override(base, variant)
-        key = hashlib.sha256(
-            f"{args.encoder}/{args.area}/{json.dumps(settings, sort_keys=True)}".encode()
-        ).hexdigest()[:12]
+        named = f"{args.encoder}/{args.area}/{json.dumps(settings, sort_keys=True)}"
+        key = hashlib.sha256(named.encode()).hexdigest()[:12]
         out = work / key / "final_model.pt"
         done = work / key / "train_cpu.json"
         if done.exists():
