@@ -15,10 +15,13 @@ estimates of an image), and A_10 of G and of J with the area's ground truth
 Usage: nice -n 19 python benchmarks/demo_g_settings.py [--encoder E] [--area A]
     [--variant 'train.epochs=4;train.lr=3e-3' ...]
     [--estimator 'monte_carlo.n_samples=64' ...] [--images 2] [--threads 2]
-    [--workdir DIR]
+    [--workdir DIR] [--ideal 128,512]
 A variant is semicolon-separated ``dotted.key=YAML value`` overrides of the file; with
 --workdir, a model trained there before for the same variant is reused (its training
-seconds read back).
+seconds read back). --ideal prints, instead, the ceiling an ideal model would give at
+those row counts: rows of D drawn as J_f^T g (J_f the area's own Jacobian at the image,
+g standard normal), two independent draws per image, as if the diffusion model had
+learnt the area exactly and x_hat were x.
 """
 
 from __future__ import annotations
@@ -65,6 +68,28 @@ def _ms(values) -> str:
     return f"{v.mean():.3f} ± {sem:.3f}"
 
 
+def _ideal(area: dict, tests: torch.Tensor, rows: list[int]) -> None:
+    from multigeom_workflow.inputs.demo.data import load_teacher
+
+    teacher = load_teacher(area)
+    gen = torch.Generator().manual_seed(0)
+    for n in rows:
+        ceiling = []
+        for x in tests:
+            jac = torch.autograd.functional.jacobian(
+                lambda v: teacher(v)[0], x.unsqueeze(0)
+            ).reshape(teacher(x.unsqueeze(0)).shape[1], -1)
+            vecs = [
+                torch.linalg.svd(
+                    torch.randn(n, jac.shape[0], generator=gen) @ jac,
+                    full_matrices=False,
+                )[2]
+                for _ in "ab"
+            ]
+            ceiling.append(_a_k(*vecs))
+        print(f"ideal model, {area['area']}, {n} rows: ceiling A_10 {_ms(ceiling)}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     p.add_argument("--encoder", default="widecnn")
@@ -74,6 +99,7 @@ def main(argv=None):
     p.add_argument("--images", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--workdir", default=None)
+    p.add_argument("--ideal", default="", help="row counts, e.g. 128,512")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -106,6 +132,8 @@ def main(argv=None):
     work.mkdir(parents=True, exist_ok=True)
     crops = cut_training_crops(demo["n_train_crops"], demo["seed"])
     area = simulate_area(args.area, crops, demo["seed"], demo["noise_sigma"])
+    if args.ideal:
+        return _ideal(area, tests, [int(n) for n in args.ideal.split(",")])
     truth = [area_fisher(area, x.unsqueeze(0), 10)["J_eigenvectors"] for x in tests]
     enc_ckpt = work / f"encoder-{args.encoder}-{args.area}.pt"
     if not enc_ckpt.exists():
