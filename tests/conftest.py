@@ -100,17 +100,31 @@ def python_path(*folders: Path) -> str:
 WITHOUT_MODAL = {"PYTHONPATH": python_path(REPO / "tests" / "data" / "without_modal")}
 
 
+def tiny_lock_dir(workdir: Path) -> Path:
+    """
+    The slot-lock folder of the reduced demo run in `workdir` (`tiny_run`): its own
+    (``MULTIGEOM_GPU_LOCK_DIR``), so that a test finds its workers among those of
+    the tests that run beside it (pytest-xdist).
+    """
+    return workdir.with_name(f"{workdir.name}-locks")
+
+
+def _run_tiny_demo(workdir: Path) -> None:
+    env = {**WITHOUT_MODAL, "MULTIGEOM_GPU_LOCK_DIR": str(tiny_lock_dir(workdir))}
+    result = run_snakemake(workdir, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """
     A working directory in which the reduced demo ran to the end (read-only use),
     in a Python without the Modal plugin (`WITHOUT_MODAL`): a local install runs the
-    demo without it.
+    demo without it. Its slot locks and workers are in `tiny_lock_dir`.
     """
     if os.environ.get("PYTEST_XDIST_WORKER") is None:  # one process: its own
         workdir = tmp_path_factory.mktemp("tiny-demo")
-        result = run_snakemake(workdir, env=WITHOUT_MODAL)
-        assert result.returncode == 0, result.stderr[-4000:]
+        _run_tiny_demo(workdir)
         return workdir
     # Under pytest-xdist, the workers' base folders share a parent: the first worker
     # to need the demo builds it there, under a lock, and the others read it (the
@@ -121,8 +135,7 @@ def tiny_run(tmp_path_factory) -> Path:
         if not done.exists():
             shutil.rmtree(workdir, ignore_errors=True)
             workdir.mkdir()
-            result = run_snakemake(workdir, env=WITHOUT_MODAL)
-            assert result.returncode == 0, result.stderr[-4000:]
+            _run_tiny_demo(workdir)
             done.touch()
     return workdir
 

@@ -69,15 +69,18 @@ def compute_spans(path: Path) -> dict[str, list[tuple[float, float | None]]]:
 
 
 class Shard(BackgroundRun):
-    """One shard of 4 images running through the profile, ended by a test."""
+    """One shard of 4 images running through the profile (`seconds` an image),
+    ended by a test."""
 
-    def __init__(self, tmp_path, tiny_run, profile=None, site=(), *extra):
+    def __init__(
+        self, tmp_path, tiny_run, profile=None, site=(), *extra, seconds=STANDIN_S
+    ):
         self.work = workdir_with_assets(tiny_run, tmp_path / "work")
         self.profile = profile or user_profile(tmp_path / "profile")
         cmd = slurm_command(self.work, self.profile, "--jobs", "1")
         cmd += ["--until", "estimate_image", "--config", "n_images=1"]
         self.cmd = [*cmd, "noise_ceiling_images=0", *extra]
-        super().__init__(tmp_path, self.cmd, STANDIN_S, site=site)
+        super().__init__(tmp_path, self.cmd, seconds, site=site)
         self.finished: dict[str, bytes] = {}
 
     def wait_for_two_images(self, n: int = 2) -> str:
@@ -316,11 +319,15 @@ def test_a_killed_login_snakemake_leaves_no_image_computed_twice_at_once(
     the next run (after ``--unlock``) cancels that allocation before submitting,
     says so, takes back what it finished and computes only the rest.
     """
-    shard = Shard(tmp_path, tiny_run)
-    job = shard.wait_for_two_images(1)  # 3 left: the orphan is still at work later
+    # 15 s an image: the orphan's last 2 outlast the --unlock and the next run's
+    # start on a loaded machine (at 4 s it had ended before, nothing to cancel)
+    shard = Shard(tmp_path, tiny_run, seconds=15)
+    job = shard.wait_for_two_images(1)
     os.kill(shard.proc.pid, signal.SIGKILL)
     shard.proc.communicate(timeout=30)
-    time.sleep(STANDIN_S)  # the orphaned shard computes on
+    deadline = time.time() + 60  # the orphaned shard computes on: a second image
+    while len(compute_records(shard.records)) < 2 and time.time() < deadline:
+        time.sleep(0.5)
     state = jobs_since(shard.first, shard.work)[0]["State"]
     assert state == "RUNNING", state
     unlock = run([*shard.cmd, "--unlock"])

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, run_snakemake
+from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, run_snakemake, tiny_lock_dir
 
 TENSORS = ("G_eigenvalues", "G_eigenvectors", "J_eigenvalues", "J_eigenvectors")
 
 
-def workers_alive(lock_dir: str | None = None) -> list[str]:
-    """Command lines of this checkout's worker processes (of one lock folder, if
-    given); other checkouts on a shared machine have their own Python."""
+def workers_alive(lock_dir: str) -> list[str]:
+    """Command lines of this checkout's worker processes of the lock folder
+    `lock_dir` (their sockets are in it): the tests running beside this one
+    (pytest-xdist) and other checkouts on a shared machine have their own."""
     out = subprocess.run(
         ["ps", "-ww", "-eo", "args"], capture_output=True, text=True
     ).stdout
@@ -33,11 +34,11 @@ def workers_alive(lock_dir: str | None = None) -> list[str]:
         for line in out.splitlines()
         if "multigeom_workflow.compute.workers" in line
         and line.startswith(python_dir)
-        and (lock_dir is None or lock_dir in line)
+        and lock_dir in line
     ]
 
 
-def wait_until_no_worker(lock_dir=None, timeout=10.0) -> list[str]:
+def wait_until_no_worker(lock_dir: str, timeout=10.0) -> list[str]:
     deadline = time.monotonic() + timeout
     while workers_alive(lock_dir) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -66,7 +67,7 @@ def test_one_start_per_slot_and_one_model_load_per_slot_and_configuration(tiny_r
     assert len(held) >= len(CONFIGURATIONS)
     assert len(loads) == len(held)
     assert len(starts) == len({(kind, slot) for kind, slot, _, _ in held})
-    assert not wait_until_no_worker()
+    assert not wait_until_no_worker(str(tiny_lock_dir(tiny_run)))
 
 
 def test_cold_job_gives_the_warm_result(tiny_copy):
