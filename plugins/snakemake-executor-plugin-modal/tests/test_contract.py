@@ -243,7 +243,11 @@ MODAL_CLASSES = ["App", "Function", "FunctionCall", "Volume", "Image", "Secret"]
 #: attributes but are not Modal's (``self.logger.info``, ``pool.map``, ``dict.update``,
 #: the plugin's own ``RunApp.stop``/``.app``/``.name``, ``self.workdir``).
 NOT_MODALS = {"info", "map", "update", "stop", "app", "name", "workdir"}
-WORKFLOW_ON_MODAL = PLUGIN.parents[3] / "src" / "multigeom_workflow" / "on_modal"
+#: The workflow's Modal modules, found from this test file (the plugin installs
+#: non-editable: `PLUGIN` is then in site-packages, where no workflow is).
+WORKFLOW_ON_MODAL = (
+    Path(__file__).resolve().parents[3] / "src" / "multigeom_workflow" / "on_modal"
+)
 
 
 def _called_methods(tree: ast.AST) -> set[str]:
