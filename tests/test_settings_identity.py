@@ -167,10 +167,22 @@ def test_a_finished_run_plans_only_what_a_change_of_result_recomputes(tiny_copy)
     first = run_snakemake(tiny_copy, *use)
     assert first.returncode == 0, first.stderr[-3000:]
 
-    _write_estimator(path, _written_differently(est))
-    again = run_snakemake(tiny_copy, "-n", *use)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "Nothing to be done" in again.stdout + again.stderr, again.stderr[-3000:]
+    device = json.loads(json.dumps(est)) | {"device": "cuda:3"}
+    defaults = json.loads(json.dumps(est))
+    defaults.pop("estimator")  # upstream's only estimator: the default
+    defaults["fisher_baseline"].pop("enabled")  # the workflow's default: true
+    rewrites = {
+        "keys reversed": _reordered(est),
+        "another device": device,
+        "defaults left to the workflow": defaults,
+        "all of these, numbers written otherwise": _written_differently(est),
+    }
+    for what, settings in rewrites.items():
+        _write_estimator(path, settings)
+        again = run_snakemake(tiny_copy, "-n", *use)
+        assert again.returncode == 0, (what, again.stderr[-3000:])
+        said = again.stdout + again.stderr
+        assert "Nothing to be done" in said, (what, again.stderr[-3000:])
 
     more = json.loads(json.dumps(est))
     more["monte_carlo"]["n_samples"] = 8
