@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import python_path, run_snakemake
+from conftest import planned_jobs, python_path, run_snakemake
 
 from multigeom_workflow import snakemake_adapter as adapter
 from multigeom_workflow.planning.before_planning import PlanningView
@@ -153,6 +153,14 @@ def test_a_run_with_changed_internals_says_so_and_plans_as_snakemake_does(
         "snakemake.persistence.PersistenceBase.params",
     ], said
     assert "takes (self, path, cached), not (self, path)" in text
+    # and the count is right: what the same dry run plans with the internals as the
+    # workflow was written for (none of them left alone)
+    reference = run_snakemake(tiny_copy, "-n")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert planned_jobs(result) == planned_jobs(reference), (text, reference.stdout)
+    assert ("Nothing to be done" in text) == (
+        "Nothing to be done" in reference.stdout + reference.stderr
+    )
 
 
 def test_the_slurm_plugin_s_parts_are_checked_before_a_layer_goes_over_them(
