@@ -23,24 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
+from demo_g_settings import _a_k, _override  # one copy of each, this folder's
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _override(settings: dict, variant: str) -> dict:
-    out = copy.deepcopy(settings)
-    for item in filter(None, variant.split(";")):
-        key, value = item.split("=", 1)
-        *parents, leaf = key.strip().split(".")
-        node = out
-        for p in parents:
-            node = node[p]
-        node[leaf] = yaml.safe_load(value)
-    return out
-
-
-def _a_k(u: torch.Tensor, v: torch.Tensor, k: int) -> float:
-    return float(((u[:k] @ v[:k].T) ** 2).sum()) / k
 
 
 def main(argv=None):
