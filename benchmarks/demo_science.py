@@ -5,9 +5,16 @@ from the run's files by `inputs.demo.diagnostics.test_image_correlation`, so tha
 of an older commit is scored the same way; response std on the test images), how
 much its diffusion model's prediction depends on the responses, the noise ceiling, and
 the alignment of G(x) and J(x) with the area's ground truth, as the Markdown table of
-README.md; then A_k of every pair.
+README.md; then A_k of every pair, and every compared pair against its noise ceiling
+(`results.science.against_ceiling`: how many standard errors under it).
 
-Usage: python benchmarks/demo_science.py [WORKDIR] [--k 10]
+With ``--check MIN``, the verdict of issue 40 on the run, as the exit status: 0 when
+every configuration's G ceiling A_k is at least MIN and at least one compared G pair
+lies more than 3 standard errors under its ceiling, else 1, with one line per
+shortfall (``.ci/science-demo`` runs it on the science demo).
+
+Usage: python benchmarks/demo_science.py [WORKDIR] [--runs-dir runs] [--k 10]
+    [--check 0.5]
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ def main(argv=None):
     p.add_argument("workdir", nargs="?", default=".")
     p.add_argument("--runs-dir", default="runs")
     p.add_argument("--k", type=int, default=10)
+    p.add_argument(
+        "--check",
+        type=float,
+        metavar="MIN",
+        help="exit 1 unless every G ceiling is >= MIN and a G pair is > 3 s.e. under",
+    )
     args = p.parse_args(argv)
     runs = Path(args.workdir) / args.runs_dir
     k = args.k
@@ -83,6 +96,41 @@ def main(argv=None):
     for label, pair in sorted(metrics.items()):
         print(f"{label:60} A_{k} = {_at(pair, k)}")
 
+    from multigeom_workflow.results.science import against_ceiling
+
+    rows = against_ceiling({"pairs": metrics}, {"configurations": ceiling}, k)
+    print(f"\nAgainst the noise ceiling (A_{k}; z: standard errors under it)")
+    print("| metric | kind | pair | A | ceiling | A / ceiling | z |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['metric']} | {r['kind']} | {r['pair']} | {r['a']:.3f} ± "
+            f"{r['a_sem']:.3f} | {r['ceiling']:.3f} ± {r['ceiling_sem']:.3f} | "
+            f"{r['fraction']:.0%} | {r['z']:.1f} |"
+        )
+    if args.check is None:
+        return 0
+    problems = []
+    for label, curves in sorted(ceiling.items()):
+        value = _value(curves.get("G"), k)
+        if not value >= args.check:  # NaN (no curve) fails too
+            problems.append(f"G ceiling of {label}: A_{k} = {value:.3f} < {args.check}")
+    if not ceiling:
+        problems.append(f"no noise ceiling in {runs / 'metrics/noise_ceiling.json'}")
+    if not any(r["metric"] == "G" and r["z"] > 3 for r in rows):
+        problems.append("no compared G pair lies more than 3 s.e. under its ceiling")
+    for line in problems:
+        print(f"check failed: {line}")
+    if not problems:
+        print(f"check passed: every G ceiling >= {args.check}, a G pair > 3 s.e. under")
+    return 1 if problems else 0
+
+
+def _value(curve: dict | None, k: int) -> float:
+    if not curve:
+        return float("nan")
+    return float(curve["alignment_mean"][min(k, len(curve["k"])) - 1])
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

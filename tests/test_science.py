@@ -23,7 +23,11 @@ from multigeom_workflow.inputs.demo.diagnostics import (
     encoder_warnings,
 )
 from multigeom_workflow.inputs.demo.truth import area_fisher
-from multigeom_workflow.results.science import noise_ceiling, truth_alignment
+from multigeom_workflow.results.science import (
+    against_ceiling,
+    noise_ceiling,
+    truth_alignment,
+)
 from multigeom_workflow.scenario import ConfigError, validated_scenario
 from multigeom_workflow.settings.seeds import (
     CEILING_SEED_OFFSET,
@@ -375,3 +379,63 @@ def test_seed_ranges_stay_apart_modulo_2_32_and_within_torchs_bound():
         check_seed(seed, n, 1, one, per)
     check_seed(seed, n - 1, 1, one, per)
     check_seed(seed + 1, n, 1, one, per)
+
+
+def _curve(mean: float, sem: float, n: int = 12) -> dict:
+    return {
+        "k": list(range(1, n + 1)),
+        "alignment_mean": [mean] * n,
+        "alignment_sem": [sem] * n,
+    }
+
+
+def _pair(metric, a, b, mean, sem):
+    enc_a, area_a = a.split("/")
+    enc_b, area_b = b.split("/")
+    return {
+        "metric": metric,
+        "config_A": {"encoder": enc_a, "area": area_a},
+        "config_B": {"encoder": enc_b, "area": area_b},
+        **_curve(mean, sem),
+    }
+
+
+def test_a_pair_is_read_against_the_lower_ceiling_of_its_configurations():
+    """
+    z = (ceiling - A) / sqrt(sem_A^2 + sem_ceiling^2) by hand: cross-area G of widecnn
+    against widecnn/complex's 0.40 ± 0.02 (the lower of 0.40 and 0.55), J against 1;
+    a pair differing in both, and a G pair with a configuration without a ceiling,
+    are left out.
+    """
+    ceiling = {
+        "configurations": {
+            "widecnn/complex": {"G": _curve(0.40, 0.02)},
+            "widecnn/simple": {"G": _curve(0.55, 0.01)},
+            "smallcnn/simple": {"G": _curve(0.50, 0.03)},
+        }
+    }
+    metrics = {
+        "pairs": {
+            "1": _pair("G", "widecnn/complex", "widecnn/simple", 0.30, 0.01),
+            "2": _pair("J", "widecnn/complex", "widecnn/simple", 0.20, 0.05),
+            "3": _pair("G", "smallcnn/simple", "widecnn/complex", 0.10, 0.01),
+            "4": _pair("G", "smallcnn/complex", "widecnn/complex", 0.30, 0.01),
+            "5": _pair("G", "smallcnn/simple", "widecnn/simple", 0.49, 0.0),
+        }
+    }
+    rows = against_ceiling(metrics, ceiling, k=10)
+    assert [(r["metric"], r["kind"], r["pair"]) for r in rows] == [
+        ("G", "cross-area", "widecnn/complex vs widecnn/simple"),
+        ("G", "cross-model", "smallcnn/simple vs widecnn/simple"),
+        ("J", "cross-area", "widecnn/complex vs widecnn/simple"),
+    ]
+    g_area, g_model, j_area = rows
+    assert g_area["ceiling"] == 0.40 and g_area["ceiling_sem"] == 0.02
+    assert g_area["z"] == pytest.approx(0.10 / math.sqrt(0.01**2 + 0.02**2))
+    assert g_area["fraction"] == pytest.approx(0.75)
+    # smallcnn/simple's 0.50 ± 0.03 is the lower: z = 0.01 / 0.03
+    assert g_model["ceiling"] == 0.50
+    assert g_model["z"] == pytest.approx(1 / 3)
+    assert j_area["ceiling"] == 1.0 and j_area["z"] == pytest.approx(0.80 / 0.05)
+    # k beyond the curves reads their last k
+    assert against_ceiling(metrics, ceiling, k=50)[0]["z"] == pytest.approx(g_area["z"])

@@ -32,9 +32,11 @@ from pathlib import Path
 from ..atomic import atomic_path
 from ..settings.layout import parse_image_file, parse_truth_file
 from ..settings.names import configuration_label
+from ..settings.pairs import pair_kind
 from ..settings.seeds import CEILING_SEED_OFFSET
 
 __all__ = [
+    "against_ceiling",
     "noise_ceiling",
     "truth_alignment",
 ]
@@ -148,3 +150,80 @@ def truth_alignment(
         if all(curves.values()):
             result["configurations"][configuration_label(encoder, area)] = curves
     return _write(result, out)
+
+
+def against_ceiling(metrics: dict, ceiling: dict, k: int = 10) -> list[dict]:
+    """
+    Each compared pair of Stage 5 read against its noise ceiling at one k: how many
+    standard errors its A_k lies under what a perfect agreement would give through the
+    estimator's noise.
+
+    The ceiling of a pair's G is the lower of its two configurations' ceilings (A_k
+    between two estimates of one configuration with other Monte-Carlo seeds,
+    `noise_ceiling`); J(x) has no Monte-Carlo part, so its ceiling is 1 with no error.
+    The distance is ``z = (ceiling - A_k) / sqrt(sem_pair**2 + sem_ceiling**2)``: a
+    pair more than 3 below its ceiling differs beyond the noise (the criterion of
+    issue 40); a pair near 0 is as alike as the noise lets one see.
+
+    Parameters
+    ----------
+    metrics : dict
+        Stage 5's metrics (``cross_encoder_metrics.json``: ``pairs``, each with
+        ``metric``, ``config_A``/``config_B`` (``encoder``, ``area``), ``k``,
+        ``alignment_mean``, ``alignment_sem``).
+    ceiling : dict
+        `noise_ceiling`'s result: ``{"configurations": {"<enc>/<area>": {"G":
+        curve}}}``.
+    k : int
+        The k read (1-based; the curves' last k where they are shorter).
+
+    Returns
+    -------
+    list of dict
+        One per compared pair (cross-model or cross-area, `settings.pairs.pair_kind`)
+        and metric, sorted by metric, kind and configurations: ``metric``, ``kind``,
+        ``pair`` (``"<enc>/<area> vs <enc>/<area>"``), ``a`` and ``a_sem`` (the pair's
+        A_k and s.e.m.), ``ceiling`` and ``ceiling_sem``, ``z`` (dimensionless;
+        with both errors 0: NaN if A_k equals the ceiling, else ±infinity),
+        and ``fraction`` (A_k / ceiling). A G pair whose configurations lack a ceiling
+        is left out.
+    """
+    import math
+
+    def at(curve: dict) -> tuple[float, float]:
+        i = min(k, len(curve["k"])) - 1
+        return float(curve["alignment_mean"][i]), float(curve["alignment_sem"][i])
+
+    configs = ceiling.get("configurations", {})
+    rows = []
+    for pair in metrics.get("pairs", {}).values():
+        a, b = pair["config_A"], pair["config_B"]
+        kind = pair_kind((a["encoder"], a["area"]), (b["encoder"], b["area"]))
+        if kind is None:
+            continue
+        labels = [configuration_label(c["encoder"], c["area"]) for c in (a, b)]
+        metric = pair["metric"]
+        if metric == "G":
+            if not all(configs.get(label, {}).get("G") for label in labels):
+                continue
+            top, top_sem = min(at(configs[label]["G"]) for label in labels)
+        else:
+            top, top_sem = 1.0, 0.0
+        value, sem = at(pair)
+        spread = math.hypot(sem, top_sem)
+        gap = top - value
+        z = gap / spread if spread > 0 else (math.nan if gap == 0 else math.inf)
+        rows.append(
+            {
+                "metric": metric,
+                "kind": kind,
+                "pair": " vs ".join(labels),
+                "a": value,
+                "a_sem": sem,
+                "ceiling": top,
+                "ceiling_sem": top_sem,
+                "z": z,
+                "fraction": value / top if top else math.nan,
+            }
+        )
+    return sorted(rows, key=lambda r: (r["metric"], r["kind"], r["pair"]))
