@@ -164,11 +164,17 @@ class _Call:
         return {"returncode": 0, "log_tail": "", "seconds": 1.0}
 
 
-def test_poll_tolerates_transport_errors_for_a_bounded_while(fake_modal):
+def test_poll_tolerates_transport_errors_for_a_bounded_while():
+    """What the installed client raises once its retries of a transport error are
+    spent (``modal.exception.ConnectionError``, modal/_utils/grpc_utils.py,
+    ``process_exception_before_retry``), an ``OSError`` and a bare ``TimeoutError``:
+    taken as "running" for the grace period, then the call is given up."""
+    import modal.exception
+
     from snakemake_executor_plugin_modal.calls import ContainerCall
 
     warnings = []
-    lost = fake_modal.exception.ConnectionError("Deadline exceeded")
+    lost = modal.exception.ConnectionError("Deadline exceeded")
     call = ContainerCall(
         _Call(lost, OSError("reset"), TimeoutError()), None, 60, warn=warnings.append
     )
@@ -187,11 +193,15 @@ def test_poll_tolerates_transport_errors_for_a_bounded_while(fake_modal):
     assert "could not be reached" in cut.poll().message
 
 
-def test_poll_takes_expired_output_as_a_failure(fake_modal):
+def test_poll_takes_expired_output_as_a_failure():
+    import modal.exception
+
     from snakemake_executor_plugin_modal.calls import ContainerCall
 
-    expired = fake_modal.exception.OutputExpiredError()
-    assert isinstance(expired, fake_modal.exception.TimeoutError)  # as in Modal
+    expired = modal.exception.OutputExpiredError()
+    # a Modal TimeoutError, not Python's: not "still running"
+    assert isinstance(expired, modal.exception.TimeoutError)
+    assert not isinstance(expired, TimeoutError)
     outcome = ContainerCall(_Call(expired), None, 60).poll()
     assert not outcome.ok and "OutputExpiredError" in outcome.message
 
@@ -223,12 +233,24 @@ def test_relative_to_workdir(tmp_path):
         relative_to_workdir("../elsewhere.txt", tmp_path)
 
 
-def test_upload_sends_only_missing_or_changed_files(fake_modal, tmp_path):
+def _volume(server, name: str = "units"):
+    """
+    The volume ``name`` on the local Modal server, through the installed client (as
+    the executor opens it), and the folder holding its committed files.
+    """
+    import modal
+
+    volume = modal.Volume.from_name(name, create_if_missing=True)
+    volume.hydrate()
+    return volume, server.state.volume(name).folder
+
+
+def test_upload_sends_only_missing_or_changed_files(modal_server, tmp_path):
     work = tmp_path / "work"
     (work / "data").mkdir(parents=True)
     (work / "data" / "a.txt").write_text("a")
     (work / "data" / "b.txt").write_text("b")
-    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    volume, folder = _volume(modal_server)
     stager = VolumeStager(volume, "proj", work)
     assert stager.upload(["data"]) == ["data/a.txt", "data/b.txt"]
     assert stager.upload(["data/a.txt", "data"]) == []
@@ -239,20 +261,23 @@ def test_upload_sends_only_missing_or_changed_files(fake_modal, tmp_path):
     (work / "data" / "b.txt").write_text("c")
     os.utime(work / "data" / "b.txt", ns=(st.st_atime_ns, st.st_mtime_ns))
     assert VolumeStager(volume, "proj", work).upload(["data"]) == ["data/b.txt"]
-    committed = tmp_path / "fake-modal" / "volumes" / "units" / "proj" / "data"
+    committed = folder / "proj" / "data"
+    assert (committed / "a.txt").read_text() == "a"
     assert (committed / "b.txt").read_text() == "c"
+    # two batches: the first and the changed file's (none when nothing changed)
+    assert len(modal_server.state.calls_of("VolumePutFiles")) == 2
     with pytest.raises(WorkflowError, match="does not exist locally"):
         stager.upload(["missing.txt"])
 
 
-def test_files_and_remove_with_reuse_markers(fake_modal, tmp_path):
+def test_files_and_remove_with_reuse_markers(modal_server, tmp_path):
     """The listing and deletion the workflow's progress/clear commands call."""
     work = tmp_path / "work"
     (work / "out").mkdir(parents=True)
     for name in ("a.pt", "b.pt"):
         (work / "out" / name).write_text(name)
     (work / "in.txt").write_text("in")
-    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    volume, folder = _volume(modal_server)
     stager = VolumeStager(volume, "proj", work)
     stager.upload(["out", "in.txt"])
     markers = work / DONE / "out"
@@ -267,16 +292,18 @@ def test_files_and_remove_with_reuse_markers(fake_modal, tmp_path):
     assert stager.remove(["out/a.pt", "out/missing.pt"]) == ["out/a.pt"]
     assert sorted(stager.files("out")) == ["out/b.pt"]
     assert sorted(stager.files(DONE)) == [f"{DONE}/out/ab.pt@k2"]
+    assert not (folder / "proj" / "out" / "a.pt").exists()
+    assert not (folder / "proj" / DONE / "out" / "a.pt@k1").exists()
     # the volume's manifest forgets it: the next upload sends it again
     assert VolumeStager(volume, "proj", work).upload(["out"]) == ["out/a.pt"]
 
 
-def test_download_is_atomic_and_keeps_the_volume_time(fake_modal, tmp_path):
+def test_download_is_atomic_and_keeps_the_volume_time(modal_server, tmp_path):
     work = tmp_path / "work"
     src = tmp_path / "src"
     (src / "out").mkdir(parents=True)
     (src / "out" / "r.txt").write_text("result")
-    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    volume, _ = _volume(modal_server)
     with volume.batch_upload(force=True) as batch:
         batch.put_file(str(src / "out" / "r.txt"), "/proj/out/r.txt")
     stager = VolumeStager(volume, "proj", work)
@@ -437,34 +464,58 @@ def test_an_error_stopping_the_app_is_reported_not_raised():
     assert len(warnings) == 1
 
 
-def test_a_failed_upload_is_sent_again(fake_modal, tmp_path, monkeypatch):
+def test_a_failed_upload_is_sent_again(modal_server, tmp_path, monkeypatch):
     """A batch upload that fails in the middle records nothing as sent: a retry in
-    the same run (same stager) sends every file again."""
+    the same run (same stager) sends every file again.
+
+    The failure is the installed client's own: its files' bytes were sent
+    (``MountPutFile``), then the request that puts the batch on the volume
+    (``VolumePutFiles``) met a connection reset on every attempt, which the client
+    retries three times and then raises as ``modal.exception.ConnectionError``
+    (modal 1.6.4, modal/_utils/grpc_utils.py, ``process_exception_before_retry``).
+    """
+    import modal.exception
+    from modal._grpc_client import UnaryUnaryWrapper
+
     work = tmp_path / "work"
     work.mkdir()
     (work / "in.txt").write_text("input")
-    monkeypatch.setenv("FAKE_MODAL_UPLOAD_ERRORS", "1")
-    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
+    volume, folder = _volume(modal_server)
     stager = VolumeStager(volume, "proj", work)
-    with pytest.raises(fake_modal.exception.ConnectionError, match="batch upload"):
-        stager.upload(["in.txt"])
+    direct, attempts = UnaryUnaryWrapper.direct, []
+
+    async def reset(self, req, *args, **kwargs):
+        if self.name.endswith("/VolumePutFiles"):
+            attempts.append(req)
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return await direct(self, req, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(UnaryUnaryWrapper, "direct", reset)
+        with pytest.raises(
+            modal.exception.ConnectionError, match=r"\[Errno 104\] Connection reset"
+        ):
+            stager.upload(["in.txt"])
+    assert len(attempts) == 4  # the first and three retries
+    assert modal_server.state.calls_of("MountPutFile")  # the bytes had gone
     assert "in.txt" not in stager.manifest()
     assert stager.files() == {}
     assert stager.upload(["in.txt"]) == ["in.txt"]
-    committed = tmp_path / "fake-modal" / "volumes" / "units" / "proj" / "in.txt"
-    assert committed.read_text() == "input"
+    assert (folder / "proj" / "in.txt").read_text() == "input"
     assert VolumeStager(volume, "proj", work).upload(["in.txt"]) == []
 
 
-def test_a_call_given_up_is_cancelled_and_its_cost_counted(fake_modal, monkeypatch):
+def test_a_call_given_up_is_cancelled_and_its_cost_counted(monkeypatch):
     """After the grace period of unreadable status the call is cancelled (its
     container would go on billing and committing beside the retry's), and the
     seconds until then are what the ledger counts."""
+    import modal.exception
+
     from snakemake_executor_plugin_modal import calls
 
     clock = iter([1000.0, 1000.0, 1700.0, 1700.0, 1700.0, 9999.0])
     monkeypatch.setattr(calls.time, "monotonic", lambda: next(clock))
-    lost = fake_modal.exception.ConnectionError("Deadline exceeded")
+    lost = modal.exception.ConnectionError("Deadline exceeded")
     handle = _Call(lost, lost)
     call = calls.ContainerCall(handle, GpuRequest("H100"), 3600, warn=print)
     assert call.poll() is None  # t=1000: unreachable since now
@@ -475,16 +526,6 @@ def test_a_call_given_up_is_cancelled_and_its_cost_counted(fake_modal, monkeypat
     ledger.add(call.gpu, call.seconds)  # what the executor does with every outcome
     assert ledger.gpu_seconds == pytest.approx(700.0)
     assert ledger.cost_usd == pytest.approx(700 * 0.001097)
-
-
-def _real_modal():
-    import modal
-
-    if "fake" in modal.__version__:
-        pytest.skip("the fake modal is imported in this process")
-    import modal.exception
-
-    return modal
 
 
 @pytest.mark.parametrize(
@@ -514,9 +555,10 @@ def _real_modal():
 def test_errors_at_app_start_are_named(make, named):
     """What Modal 1.6 raises when the image is built or the app starts, each named
     for what it is (the real client's exception classes)."""
+    import modal.exception as exc
+
     from snakemake_executor_plugin_modal.calls import start_error
 
-    exc = _real_modal().exception
     error = start_error(make(exc), ["X9000"])
     assert isinstance(error, WorkflowError)
     with pytest.raises(WorkflowError, match=named):
@@ -547,14 +589,21 @@ def test_gpu_types_are_checked_before_the_build(spec, problem):
             assert "allowed: A10, A100, A100-40GB, A100-80GB, A10G, B200" in found
 
 
-def test_settings_problems_name_every_refusal(fake_modal, monkeypatch):
+def test_settings_problems_name_every_refusal(monkeypatch):
+    """Each refusal in one line; no credentials is the installed client's
+    ``config.get`` finding no token in the environment and no ``.modal.toml``."""
+    import modal.config
+
     from snakemake_executor_plugin_modal import ExecutorSettings
     from snakemake_executor_plugin_modal.preflight import (
+        OAUTH_SETTINGS,
         requested_settings,
         settings_problems,
     )
 
-    monkeypatch.setenv("FAKE_MODAL_NO_TOKEN", "1")
+    monkeypatch.setattr(modal.config, "_user_config", {})
+    for name in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", *OAUTH_SETTINGS.values()):
+        monkeypatch.delenv(name, raising=False)
     settings = ExecutorSettings(
         gpu="X9000", local_packages=["no_such_pkg_xyz"], volume="my runs"
     )
@@ -565,20 +614,21 @@ def test_settings_problems_name_every_refusal(fake_modal, monkeypatch):
     assert problems[1].startswith("--modal-volume 'my runs': Modal refuses this name")
     assert "--modal-gpu = 'X9000'" in problems[2]
     assert "'no_such_pkg_xyz' is not importable here" in problems[3]
-    monkeypatch.delenv("FAKE_MODAL_NO_TOKEN")
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-1")
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-1")
     assert settings_problems(ExecutorSettings(gpu="L4")) == []
 
 
 def test_part_files_of_a_killed_container_are_removed_and_never_listed(
-    fake_modal, tmp_path
+    modal_server, tmp_path
 ):
     """A container killed between copying an output to its part file and renaming it
     leaves ``.<name>.part-*`` on the volume (Modal commits in the background): the
     executor never lists it, and the job's next container deletes it first."""
     from snakemake_executor_plugin_modal.container import PART, remove_parts
 
-    volume = fake_modal.Volume.from_name("units", create_if_missing=True)
-    committed = tmp_path / "fake-modal" / "volumes" / "units" / "proj"
+    volume, folder = _volume(modal_server)
+    committed = folder / "proj"  # the volume's committed files, as a container's
     (committed / "out").mkdir(parents=True)
     (committed / "out" / "a.txt").write_text("done")
     (committed / "out" / f".b.txt{PART}0a1b2c").write_text("half")
