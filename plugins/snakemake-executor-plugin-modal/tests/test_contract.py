@@ -1,8 +1,9 @@
 """
 Contract: every Modal name the plugin calls exists in the installed ``modal`` package
 with a signature that accepts the plugin's arguments, so that a Modal upgrade that
-renames or changes one fails here and not on a user's account. The fake backend is held
-to the same contract, so the tests that run on it call what real Modal offers.
+renames or changes one fails here and not on a user's account; and what the plugin
+reads of the client's behaviour (exception classes, marks, declared timeouts), checked
+in the client's source or through it against the local Modal server (``modal_server``).
 """
 
 from __future__ import annotations
@@ -89,22 +90,20 @@ ATTRIBUTES = [
 
 
 def real_modal():
+    """The installed ``modal``, with the submodules the plugin reads loaded."""
     import importlib
 
     import modal
 
-    if "fake" in modal.__version__:  # a test left the fake in place
-        pytest.skip("the fake modal is imported in this process")
     for sub in ("exception", "volume", "config"):
         importlib.import_module(f"modal.{sub}")
     return modal
 
 
-@pytest.fixture(params=["modal", "fake"])
-def backend(request):
-    if request.param == "modal":
-        return real_modal()
-    return request.getfixturevalue("fake_modal")
+@pytest.fixture
+def backend():
+    """The installed ``modal`` client."""
+    return real_modal()
 
 
 def resolve(module, dotted: str):
@@ -153,9 +152,9 @@ def _imported_from_exception(source: str) -> str:
 
 
 def test_exception_hierarchy_as_the_plugin_relies_on(backend):
-    """The fake's exceptions sit where Modal's do: an expired output is a Modal
-    TimeoutError (the plugin must test it before "still running"), a function timeout
-    too, and an image build failure a RemoteError."""
+    """Modal's exceptions sit where the plugin expects them: an expired output is a
+    Modal TimeoutError (the plugin must test it before "still running"), a function
+    timeout too, and an image build failure a RemoteError."""
     exc = backend.exception
     assert issubclass(exc.OutputExpiredError, exc.TimeoutError)
     assert issubclass(exc.FunctionTimeoutError, exc.TimeoutError)
@@ -364,18 +363,24 @@ def test_an_exception_from_the_container_is_told_from_the_clients(exc):
     assert f"the container raised {type(exc).__name__}" in outcome.message
 
 
-def test_the_fake_marks_a_containers_exception_as_modal_does(fake_modal):
+def test_a_containers_exception_is_marked_as_the_plugin_reads_it(modal_server):
+    """An ``OSError`` (ETIMEDOUT: a ``TimeoutError`` too) raised in a container of the
+    local Modal server reaches ``FunctionCall.get`` marked as the container's, not
+    taken for the client's own transport error or "still running"."""
+    import modal
+
     from snakemake_executor_plugin_modal.calls import raised_in_container
 
     # the container imports this module (tests.test_contract) from the image's copy
-    image = fake_modal.Image.debian_slim().add_local_python_source("tests")
-    app = fake_modal.App("t")
-    f = app.function(image=image)(_raising_job)
+    image = modal.Image.debian_slim().add_local_python_source("tests")
+    app = modal.App("contract")
+    f = app.function(image=image, serialized=True)(_raising_job)
     with app.run():
         call = f.spawn("ETIMEDOUT")
         with pytest.raises(TimeoutError, match="Errno 110") as info:
             call.get(timeout=60)
     assert raised_in_container(info.value)
+    assert not raised_in_container(TimeoutError(110, "Connection timed out"))
 
 
 def _raising_job(kind: str):
@@ -395,19 +400,16 @@ def _plugin_sources() -> list[Path]:
 
 @pytest.fixture
 def real_client():
-    """The installed modal, taken before the fake replaces it (list it first)."""
+    """The installed modal."""
     return real_modal()
 
 
-def test_every_modal_method_the_plugin_names_is_checked_and_in_the_fake(
-    real_client, fake_modal
-):
+def test_every_modal_method_the_plugin_names_is_checked(real_client):
     """
     Found mechanically, not by a list kept by hand: every attribute the plugin (or
     the workflow's on_modal/ modules) reads that is a public name of one of Modal's
     classes it uses must be in the contract (its signature bound against the real
-    client) and must exist in the fake (a test on the fake cannot call what it
-    lacks). Fails when a new Modal method is called and nobody added it.
+    client). Fails when a new Modal method is called and nobody added it.
     """
     modal = real_client
     used = set()
@@ -418,7 +420,7 @@ def test_every_modal_method_the_plugin_names_is_checked_and_in_the_fake(
             if isinstance(n, ast.Attribute)
         }
     covered = {n for n, _, _ in CALLS} | set(ATTRIBUTES)
-    missing_contract, missing_fake = [], []
+    missing_contract, owned = [], []
     for name in sorted(used - NOT_MODALS):
         owners = [
             cls
@@ -427,17 +429,11 @@ def test_every_modal_method_the_plugin_names_is_checked_and_in_the_fake(
         ]
         if not owners:
             continue
+        owned.append(name)
         if not any(c.split(".")[-1] == name for c in covered):
             missing_contract.append(f"{'/'.join(owners)}.{name}")
-        if not any(_fake_has(getattr(fake_modal, cls), name) for cls in owners):
-            missing_fake.append(f"{'/'.join(owners)}.{name}")
     assert missing_contract == [], missing_contract
-    assert missing_fake == [], missing_fake
-
-
-def _fake_has(cls, name: str) -> bool:
-    """A class attribute of the fake's class, or one its methods set on instances."""
-    return hasattr(cls, name) or f"self.{name} =" in inspect.getsource(cls)
+    assert {"spawn", "listdir", "with_options"} <= set(owned), owned  # it finds some
 
 
 def _parameters(target) -> dict:
@@ -446,25 +442,6 @@ def _parameters(target) -> dict:
         for p in inspect.signature(target).parameters.values()
         if p.name != "self"
     }
-
-
-@pytest.mark.parametrize("name", sorted({c[0] for c in CALLS} - {"config.config.get"}))
-def test_the_fakes_parameters_are_the_real_clients(real_client, fake_modal, name):
-    """
-    Every entry point the plugin calls takes, in the fake, only parameters the real
-    client has, of the same kind (positional, keyword-only), and ``**kwargs`` only
-    where the real one has it: a test on the fake cannot pass an argument the real
-    client would refuse. (The real client may take more.)
-    """
-    real = _parameters(resolve(real_client, name))
-    fake = _parameters(resolve(fake_modal, name))
-    var = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
-    for pname, kind in fake.items():
-        if kind in var:
-            assert kind in real.values(), f"{name}: the fake takes {pname} of {kind}"
-            continue
-        assert pname in real, f"{name}: the real client has no parameter {pname!r}"
-        assert real[pname] == kind, f"{name}: {pname!r} is {real[pname]} there"
 
 
 @pytest.mark.parametrize(
@@ -493,18 +470,20 @@ def test_without_a_startup_timeout_modal_allows_the_whole_timeout(real_client):
     assert "startup_timeout" not in _parameters(real_client.Function.with_options)
 
 
-def test_every_function_declares_the_startup_the_budget_holds(fake_modal):
+def test_every_function_declares_the_startup_the_budget_holds(modal_server):
     """Each function of the run's app (CPU, GPU, fallback lists) is declared with
     ``startup_timeout`` = ``--modal-startup-seconds``, the start-up its ledger keeps
-    aside beyond the timeout."""
+    aside beyond the timeout: read from what the local Modal server received
+    (``FunctionCreate``), per rank of a fallback list."""
+    import modal
+
     from snakemake_executor_plugin_modal.calls import RunApp
     from snakemake_executor_plugin_modal.prices import parse_gpu
 
-    volume = fake_modal.Volume.from_name("startup-test", create_if_missing=True)
-    image = fake_modal.Image.debian_slim()
+    volume = modal.Volume.from_name("startup-test", create_if_missing=True)
     app = RunApp(
         "startup-test",
-        image,
+        modal.Image.debian_slim(),
         volume,
         3600,
         parse_gpu("A100-80GB"),
@@ -512,12 +491,22 @@ def test_every_function_declares_the_startup_the_budget_holds(fake_modal):
         startup_timeout_s=240,
     )
     try:
-        functions = [app.cpu_function, *app.gpu_functions.values()]
-        assert len(functions) == 3
-        assert [f._opts["startup_timeout"] for f in functions] == [240, 240, 240]
-        assert [f._opts["timeout"] for f in functions] == [3600, 3600, 3600]
+        app_id = app.app_id
+        functions = [
+            modal_server.state.function(name, app_id)
+            for name in ("run_job", "run_job_gpu", "run_job_gpu1")
+        ]
     finally:
-        app.stop(warn=lambda line: None)
+        app.stop(warn=pytest.fail)
+    assert [f.gpus for f in functions] == [
+        [""],
+        ["A100-80GB:1"],
+        ["H100:1", "A100-80GB:1"],
+    ]
+    for f in functions:
+        assert {d.startup_timeout_secs for d in f.definitions} == {240}, f.name
+        assert {d.timeout_secs for d in f.definitions} == {3600}, f.name
+    assert modal_server.state.apps[app_id].state_name == "APP_STATE_STOPPED"
 
 
 _CREDENTIAL_ENV = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", *OAUTH_SETTINGS.values())
