@@ -58,12 +58,18 @@ def local_modal(tmp_path):
 
 
 def run_client(
-    server, script: str, arg=None, heartbeat_interval_s: float = 15.0, env=()
-) -> dict:
+    server,
+    script: str,
+    arg=None,
+    heartbeat_interval_s: float = 15.0,
+    env=(),
+    full: bool = False,
+):
     """
     Run ``script`` with the real ``modal`` client against ``server`` in a subprocess;
     ``arg`` reaches it as ``arg`` (through JSON), ``env`` is added to its environment.
-    Returns its ``out`` dict.
+    Returns its ``out`` dict; with ``full``, that and its whole output (stdout, then
+    stderr).
     """
     code = _PRELUDE + textwrap.dedent(script) + "\nprint(json.dumps(out))\n"
     proc = subprocess.run(
@@ -82,7 +88,7 @@ def run_client(
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "site-packages" in out["modal_file"]
     assert "fake_modal" not in out["modal_file"]
-    return out
+    return (out, proc.stdout + proc.stderr) if full else out
 
 
 def test_every_rpc_is_served_or_answers_unimplemented():
@@ -897,13 +903,13 @@ def test_a_containers_view_is_fixed_until_it_reloads_and_commits_publish(tmp_pat
     once raises in the container (``RuntimeError`` from the client's
     ``ConflictError``) and the next one works.
     """
-    from .modal_server import CommitFault
+    from .modal_server import CommitFault, Faults
     from .modal_server.containers import namespace_prefix
 
     if namespace_prefix() is None:
         pytest.skip("no mount namespaces here: containers share the volume's folder")
     fault = CommitFault(mode="once", volume="faulty")
-    with serve(tmp_path / "server", commit_fault=fault) as server:
+    with serve(tmp_path / "server", faults=Faults(commit=fault)) as server:
         out = run_client(server, _VIEWS, {"mount": str(tmp_path / "mnt")})
         state = server.state
         assert out["seen"] == {"before_reload": "v1", "after_reload": "v2"}
@@ -986,3 +992,180 @@ def test_gpu_calls_queue_unbilled_and_background_commits_publish(tmp_path):
         ]
         (view,) = container.views.values()
         assert view.commits >= 1 and container.end_reason == "cancelled"
+
+
+# -- faults (issue 37, phase 3) ------------------------------------------------------
+
+_ERROR = """
+import time
+from pathlib import Path
+def error(f):
+    try:
+        f()
+    except BaseException as e:
+        return [type(e).__name__, str(e)]
+    return None
+"""
+
+_RPC_FAULTS = (
+    _ERROR
+    + """
+app = modal.App("faults-app")
+options = dict(serialized=True, single_use_containers=True, timeout=60)
+def double(x):
+    return 2 * x
+def sleeper():
+    time.sleep(60)
+double = app.function(**options, name="double")(double)
+sleeper = app.function(**options, name="sleeper")(sleeper)
+with app.run():
+    out["spawn"] = error(lambda: double.spawn(1))
+    call = double.spawn(21)
+    out["get"] = call.get(timeout=30)
+    for key in ("lost", "auth", "limited"):
+        out[key] = error(lambda: call.get(timeout=5))
+    out["again"] = call.get(timeout=5)
+    running = sleeper.spawn()
+    out["cancel_lost"] = error(lambda: running.cancel(terminate_containers=True))
+    out["cancel"] = error(lambda: running.cancel(terminate_containers=True))
+    out["running"] = running.object_id
+"""
+)
+
+
+def test_rpc_faults_reach_the_client_after_its_own_retries(local_modal):
+    """
+    Statuses the client retries (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``: 3 retries
+    by default, modal/_utils/grpc_utils.py) reach ``spawn``, ``get`` and ``cancel``
+    only from the fourth failure on, as ``ServiceError``; 3 failures are absorbed.
+    ``UNAUTHENTICATED`` and ``RESOURCE_EXHAUSTED`` are not retried: ``AuthError``
+    and ``ResourceExhaustedError`` at once. A failed spawn starts nothing; a failed
+    cancel leaves the container running, the next one stops it.
+    """
+    faults = local_modal.faults
+    faults.fail_rpc("FunctionMap", times=4)
+    faults.fail_rpc("FunctionGetOutputs", times=3)  # absorbed by the retries
+    faults.fail_rpc("FunctionGetOutputs", "DEADLINE_EXCEEDED", times=4, after=1)
+    faults.fail_rpc("FunctionGetOutputs", "UNAUTHENTICATED", message="revoked")
+    faults.fail_rpc("FunctionGetOutputs", "RESOURCE_EXHAUSTED", message="slow down")
+    cancel = faults.fail_rpc("FunctionCallCancel", times=4)
+    out = run_client(local_modal, _RPC_FAULTS)
+
+    assert out["spawn"] == [
+        "ServiceError",
+        "FunctionMap: UNAVAILABLE (fault injected by the test)",
+    ]
+    assert out["get"] == out["again"] == 42
+    assert out["lost"] == [
+        "ServiceError",
+        "FunctionGetOutputs: DEADLINE_EXCEEDED (fault injected by the test)",
+    ]
+    assert out["auth"] == ["AuthError", "revoked"]
+    assert out["limited"] == ["ResourceExhaustedError", "slow down"]
+    assert out["cancel_lost"][0] == "ServiceError" and out["cancel"] is None
+    state = local_modal.state
+    statuses = [c.status for c in state.calls_of("FunctionGetOutputs")]
+    assert statuses == ["UNAVAILABLE"] * 3 + ["OK"] + ["DEADLINE_EXCEEDED"] * 4 + [
+        "UNAUTHENTICATED",
+        "RESOURCE_EXHAUSTED",
+        "OK",
+    ]
+    maps = state.calls_of("FunctionMap")
+    assert [c.status for c in maps] == ["UNAVAILABLE"] * 4 + ["OK", "OK"]
+    assert len(state.function_calls) == 2  # the failed spawn made no call
+    assert cancel.failed == 4
+    cancels = state.calls_of("FunctionCallCancel")
+    assert [c.status for c in cancels] == ["UNAVAILABLE"] * 4 + ["OK"]
+    assert {c.requests[0].function_call_id for c in cancels} == {out["running"]}
+    (sleeping,) = [
+        c for c in state.containers.values() if c.function_call_id == out["running"]
+    ]
+    assert sleeping.end_reason == "cancelled"
+
+
+_UPLOAD_FAULTS = (
+    _ERROR
+    + """
+vol = modal.Volume.from_name("up", create_if_missing=True)
+def put(name, data):
+    Path(name).write_bytes(data)
+    with vol.batch_upload(force=True) as batch:
+        batch.put_file(name, "/" + name)
+big = 5 * 1024 * 1024
+out["retried"] = error(lambda: put("a.bin", b"a" * big))
+out["failed"] = error(lambda: put("b.bin", b"b" * big))
+out["midway"] = error(lambda: put("c.txt", b"c"))
+out["listed"] = sorted(e.path for e in vol.listdir("/"))
+out["again"] = error(lambda: put("c.txt", b"c"))
+"""
+)
+
+
+def test_upload_faults_fail_the_batch_and_put_nothing(local_modal):
+    """
+    A blob's PUT failing twice is retried by the client (3 tries,
+    ``_upload_to_s3_url``); failing 3 times it raises ``ExecutionError``. A batch
+    whose ``VolumePutFiles`` fails past the client's retries raises
+    ``ServiceError`` and puts none of its files; sent again, it is put.
+    """
+    from .modal_server import HttpFault
+
+    faults = local_modal.faults
+    faults.http += [HttpFault(times=2), HttpFault(times=3, after=1)]
+    # the first batch (a.bin) is put; the second fails at its blob, before it
+    faults.fail_rpc("VolumePutFiles", "DEADLINE_EXCEEDED", times=4, after=1)
+    out = run_client(local_modal, _UPLOAD_FAULTS)
+
+    assert out["retried"] is None
+    kind, text = out["failed"]
+    assert kind == "ExecutionError" and "failed with status 500" in text
+    assert out["midway"] == [
+        "ServiceError",
+        "VolumePutFiles: DEADLINE_EXCEEDED (fault injected by the test)",
+    ]
+    assert out["listed"] == ["a.bin"] and out["again"] is None
+    folder = local_modal.state.volume("up").folder
+    assert sorted(p.name for p in folder.iterdir()) == ["a.bin", "c.txt"]
+    assert [f.failed for f in faults.http] == [2, 3]
+
+
+_BUILD = (
+    _ERROR
+    + """
+image = modal.Image.debian_slim().pip_install("torch")
+with modal.enable_output():
+    out["first"] = error(image.build)
+    print("SECOND BUILD", flush=True)
+    out["second"] = error(image.build)
+out["image_id"] = image.object_id
+"""
+)
+
+
+def test_a_build_fault_fails_the_build_with_its_log_line(local_modal):
+    """
+    A layer build streams this server's output line, which the client prints under
+    ``enable_output``; a build fault prints its log line too and fails the build:
+    ``ImageBuildError`` naming ``modal image logs <id>``. The failed layer is not
+    cached: the next build of the same image builds again, and succeeds.
+    """
+    from .modal_server import BuildFault
+    from .modal_server.objects import BUILD_LOG
+
+    local_modal.faults.build = BuildFault(
+        log="ERROR: No matching distribution for torch", times=1
+    )
+    proc = run_client(local_modal, _BUILD, full=True)
+    out, text = proc
+    kind, message = out["first"]
+    assert kind == "ImageBuildError"
+    assert "modal image logs im-" in message and "failed" in message
+    assert out["second"] is None
+    first, second = text.split("SECOND BUILD")
+    assert "ERROR: No matching distribution for torch" in first
+    assert "ERROR: No matching" not in second
+    image_id = out["image_id"]
+    assert BUILD_LOG.format(image_id=image_id).strip() in second
+    assert local_modal.faults.build.failed == 1
+    joins = local_modal.state.calls_of("ImageJoinStreaming")
+    assert len(joins) >= 3  # the base layer, the failed one built again

@@ -8,15 +8,23 @@ client disconnects or stops heartbeating), volumes, images (recorded, not built)
 mounts, secrets, functions as ``FunctionCreate`` carries them, ``with_options``,
 ``spawn``/``get``/``cancel``, and containers: local processes of Modal's own
 container entrypoint, killed at their start-up or execution timeout. Every other RPC
-answers UNIMPLEMENTED.
+answers UNIMPLEMENTED. Faults (failing RPCs, HTTP uploads, commits and image builds,
+preemption, slow or early containers) are injected on request (:mod:`.faults`).
 """
 
 from .base import RPC_NAMES, UnimplementedModalServer, implemented_rpcs
+from .faults import (
+    BuildFault,
+    CommitFault,
+    Faults,
+    HttpFault,
+    Preemption,
+    RpcFault,
+)
 from .server import LocalModal, LocalModalServer, serve
 from .state import (
     AppRecord,
     CallRecord,
-    CommitFault,
     ContainerRecord,
     FunctionCallRecord,
     FunctionRecord,
@@ -27,13 +35,18 @@ from .state import (
 __all__ = [
     "RPC_NAMES",
     "AppRecord",
+    "BuildFault",
     "CallRecord",
     "CommitFault",
     "ContainerRecord",
+    "Faults",
     "FunctionCallRecord",
     "FunctionRecord",
+    "HttpFault",
     "LocalModal",
     "LocalModalServer",
+    "Preemption",
+    "RpcFault",
     "ServerState",
     "UnimplementedModalServer",
     "VolumeRecord",

@@ -159,6 +159,8 @@ class AppRpcs:
             app.published += 1
             app.state = req.app_state
             app.function_ids = dict(req.function_ids)
+        if self.state.faults.containers_ahead and app.published == 1:
+            self._start_ahead(app.app_id)  # a container per function, no input yet
         await stream.send_message(
             api_pb2.AppPublishResponse(deployed_at=self.state.now())
         )

@@ -116,7 +116,7 @@ class ContentStore:
         return path.read_bytes() if path.is_file() else None
 
 
-def http_app(store: ContentStore) -> web.Application:
+def http_app(store: ContentStore, state=None) -> web.Application:
     """
     The aiohttp application serving ``store``'s URLs (see the module's docstring).
 
@@ -124,13 +124,29 @@ def http_app(store: ContentStore) -> web.Application:
     ----------
     store : ContentStore
         Where the bytes are kept.
+    state : ServerState, optional
+        The server's state, whose ``faults.http`` (:class:`~.faults.HttpFault`) may
+        fail a request: its body is read and dropped, the fault's status answered.
 
     Returns
     -------
     aiohttp.web.Application
         Its answers: 200 on success; 404 for an unknown blob id or block; 400 for a
-        body whose length, MD5 or SHA-256 is not the one announced.
+        body whose length, MD5 or SHA-256 is not the one announced; a fault's status.
     """
+
+    @web.middleware
+    async def faults(request: web.Request, handler):
+        if state is not None:
+            with state.lock:
+                fault = state.faults.http_fault(request.method, request.path)
+            if fault is not None:
+                await request.read()
+                return web.Response(
+                    status=fault.status,
+                    text=f"{request.method} {request.path}: fault injected by the test",
+                )
+        return await handler(request)
 
     async def put_blob(request: web.Request) -> web.Response:
         blob_id = request.match_info["blob_id"]
@@ -168,7 +184,7 @@ def http_app(store: ContentStore) -> web.Application:
             return web.Response(status=404, text=f"no blob {blob_id}")
         return web.Response(status=200, body=data)
 
-    app = web.Application(client_max_size=1 << 30)
+    app = web.Application(client_max_size=1 << 30, middlewares=[faults])
     app.router.add_put("/blobs/{blob_id}", put_blob)
     app.router.add_get("/blobs/{blob_id}", get_blob)
     app.router.add_put("/blocks/{sha256}", put_block)

@@ -77,10 +77,11 @@ from google.protobuf import empty_pb2
 from grpclib import GRPCError, Status
 from modal_proto import api_pb2
 
-from .state import ContainerRecord, FunctionCallRecord, new_id
-from .views import VolumeView, make_view, publish
+from .state import ContainerRecord, FunctionCallRecord, FunctionRecord, new_id
+from .views import VolumeView, make_view, manifest, publish
 
 __all__ = [
+    "AHEAD_POLL_S",
     "APP_HEARTBEAT_TIMEOUT_S",
     "WATCH_INTERVAL_S",
     "ContainerRpcs",
@@ -94,6 +95,10 @@ APP_HEARTBEAT_TIMEOUT_S = 60.0
 
 #: Seconds between two looks of the server's watch.
 WATCH_INTERVAL_S = 0.05
+
+#: Seconds a container started ahead waits at ``FunctionGetInputs`` for an input
+#: before an empty answer (the client then asks again).
+AHEAD_POLL_S = 5.0
 
 _S = api_pb2.GenericResult
 
@@ -196,6 +201,8 @@ class ContainerRpcs:
         whose app stopped, while it waits starts nothing.
         """
         function = self.state.functions[call.function_id]
+        if self.state.faults.containers_ahead and self._assign_ahead(call):
+            return
         delay = self.state.gpu_queue_delay_s
         if delay and any(function.gpus):
             with self.state.lock:
@@ -218,13 +225,20 @@ class ContainerRpcs:
             return
         self._start_container(call)
 
-    def _start_container(self, call: FunctionCallRecord) -> ContainerRecord | None:
+    def _start_container(
+        self, call: FunctionCallRecord | None, function: FunctionRecord | None = None
+    ) -> ContainerRecord | None:
         """
-        Start a container for ``call``'s input; None (and a failure output for the
-        input) when one of its volumes cannot be mounted.
+        Start a container for ``call``'s input, or (``call`` None) one of
+        ``function`` started ahead of its next input (:meth:`_start_ahead`); None
+        (and a failure output for the input) when one of its volumes cannot be
+        mounted. With the server's ``faults.start_delay_s``, Modal's entrypoint runs
+        that many seconds after the container's start (billed, not yet asking for
+        its input; its start-up timeout counts).
         """
         state = self.state
-        function = state.functions[call.function_id]
+        if call is not None:
+            function = state.functions[call.function_id]
         definition = function.definition
         app = state.apps[function.app_id]
         task_id = new_id("ta")
@@ -238,7 +252,8 @@ class ContainerRpcs:
                 if view is not None:
                     views[mount.volume_id] = view
         except ValueError as e:
-            self._set_output(call, _result(_S.GENERIC_STATUS_FAILURE, str(e)))
+            if call is not None:
+                self._set_output(call, _result(_S.GENERIC_STATUS_FAILURE, str(e)))
             return None
         self._copy_mounts(definition, root)
         args = api_pb2.ContainerArguments(
@@ -266,12 +281,15 @@ class ContainerRpcs:
             PYTHONUNBUFFERED="1",
         )
         command = [sys.executable, "-m", "modal._container_entrypoint"]
+        delay = state.faults.start_delay_s
+        if delay:  # started (billed), Modal's entrypoint later, in the same process
+            command = ["sh", "-c", 'sleep "$0" && exec "$@"', f"{delay:g}", *command]
         if views:
             # each view bound at its mount path in the container's own mount
             # namespace, then Modal's entrypoint in the same process (exec)
             binds = [str(a) for v in views.values() for a in (v.folder, v.mount_path)]
-            command = [*namespace_prefix(), "sh", "-c", _BIND_SCRIPT, "sh", *binds]
-            command += ["--", sys.executable, "-m", "modal._container_entrypoint"]
+            prefix = [*namespace_prefix(), "sh", "-c", _BIND_SCRIPT, "sh", *binds]
+            command = [*prefix, "--", *command]
         with (
             open(folder / "stdout.log", "wb") as out,
             open(folder / "stderr.log", "wb") as err,
@@ -289,8 +307,8 @@ class ContainerRpcs:
             task_id=task_id,
             function_id=function.function_id,
             app_id=app.app_id,
-            function_call_id=call.function_call_id,
-            input_id=call.input_id,
+            function_call_id=call.function_call_id if call is not None else "",
+            input_id=call.input_id if call is not None else "",
             folder=folder,
             process=process,
             secret=secret,
@@ -299,8 +317,60 @@ class ContainerRpcs:
         )
         with state.lock:
             state.containers[task_id] = container
-            call.task_ids.append(task_id)
+            if call is not None:
+                call.task_ids.append(task_id)
         return container
+
+    # -- containers started ahead ------------------------------------------------------
+    def _start_ahead(self, app_id: str) -> None:
+        """
+        Start one container ahead of its input for each function of the app (not
+        its ``with_options`` variants), when the server's
+        ``faults.containers_ahead`` says so. Modal may hand an input to a container
+        started earlier (a warm one, kept for ``scaledown_window``; docs, guide
+        "Cold start performance"), whose view of a volume is the one committed when
+        it started: it sees later changes only after ``Volume.reload()``
+        (``_Volume``'s docstring, modal/volume.py). Such a container is billed from
+        its start and waits at ``FunctionGetInputs``.
+        """
+        with self.state.lock:
+            functions = [
+                f
+                for f in self.state.functions.values()
+                if f.app_id == app_id and not f.base_function_id and f.definitions
+            ]
+        for function in functions:
+            self._start_container(None, function)
+
+    def _assign_ahead(self, call: FunctionCallRecord) -> bool:
+        """
+        Give ``call``'s input to a container started ahead for its function (for a
+        ``with_options`` variant: for its base, whose definition the container
+        runs; timeouts are the variant's, enforced here), then start the next one
+        ahead. False when none waits.
+        """
+        function = self.state.functions[call.function_id]
+        base = function.base_function_id or function.function_id
+        with self.state.lock:
+            idle = [
+                c
+                for c in self.state.containers.values()
+                if c.running and not c.function_call_id and c.function_id == base
+            ]
+            if not idle:
+                return False
+            container = idle[0]
+            container.function_call_id = call.function_call_id
+            container.input_id = call.input_id
+            container.function_id = call.function_id
+            call.task_ids.append(container.task_id)
+        self._assigned_event(container).set()
+        self._start_container(None, self.state.functions[base])
+        return True
+
+    def _assigned_event(self, container: ContainerRecord) -> asyncio.Event:
+        events = self.__dict__.setdefault("_assigned_events", {})
+        return events.setdefault(container.task_id, asyncio.Event())
 
     def _container_env(self, definition: api_pb2.Function, root: Path) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
@@ -415,7 +485,9 @@ class ContainerRpcs:
             if container.app_id != app_id:
                 continue
             self._kill(container, "app stopped")
-            call = self.state.function_calls[container.function_call_id]
+            call = self.state.function_calls.get(container.function_call_id)
+            if call is None:  # started ahead, no input yet
+                continue
             self._set_output(
                 call,
                 _result(_S.GENERIC_STATUS_TERMINATED, "the app was stopped"),
@@ -430,6 +502,78 @@ class ContainerRpcs:
             raise GRPCError(Status.UNAUTHENTICATED, f"unknown container {task_id!r}")
         return container
 
+    def _ended(
+        self,
+        container: ContainerRecord,
+        call: FunctionCallRecord | None,
+        now: float,
+        returncode: int,
+    ) -> None:
+        """
+        A container's main process is gone: what is left of its process group is
+        killed (the container ends with its entrypoint); its input, left without
+        output, fails, or is restarted in a new container where the server
+        preempted it (:class:`~.faults.Preemption`).
+        """
+        try:
+            os.killpg(container.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        with self.state.lock:
+            container.ended_at = now
+            container.returncode = returncode
+            container.end_reason = container.end_reason or "exited"
+        if call is None:
+            return
+        if container.preempted_at is not None:
+            app = self.state.apps[container.app_id]
+            if (
+                call.output is None
+                and not call.cancelled
+                and app.state != api_pb2.APP_STATE_STOPPED
+            ):
+                self._start_container(call)
+            return
+        self._set_output(
+            call,
+            _result(
+                _S.GENERIC_STATUS_FAILURE,
+                f"container {container.task_id} exited with status {returncode} "
+                "before sending an output",
+            ),
+            task_id=container.task_id,
+        )
+
+    def _committed(self, volume_name: str) -> list[str]:
+        """The committed paths of a volume (relative, POSIX), [] if it is missing."""
+        with self.state.lock:
+            volume = next(
+                (v for v in self.state.volumes.values() if v.name == volume_name), None
+            )
+        return [] if volume is None else list(manifest(volume.folder))
+
+    def _preempted_calls(self, preemption) -> set[str]:
+        """The calls one of whose containers was preempted."""
+        with self.state.lock:
+            return {
+                self.state.containers[t].function_call_id for t in preemption.preempted
+            }
+
+    def _preempt(self, container: ContainerRecord, now: float) -> None:
+        """
+        Interrupt the container (``SIGINT`` to its entrypoint, as Modal's
+        preemption; :class:`~.faults.Preemption`): it is killed ``grace_s`` later if
+        still running; its input restarts once it is gone (:meth:`_ended`).
+        """
+        with self.state.lock:
+            container.preempted_at = now
+            container.end_reason = "preempted"
+            self.state.faults.preemption.preempted.append(container.task_id)
+        try:
+            os.kill(container.process.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+
     async def watch(self) -> None:
         """
         Watch containers and apps every :data:`WATCH_INTERVAL_S` seconds until
@@ -443,25 +587,30 @@ class ContainerRpcs:
         """One look of the watch (see the module's docstring)."""
         state = self.state
         now = state.now()
+        preemption = state.faults.preemption
+        committed = None  # the preemption's volume's files, listed once per look
         for container in state.running_containers():
-            call = state.function_calls[container.function_call_id]
+            call = state.function_calls.get(container.function_call_id)
             function = state.functions[container.function_id]
             returncode = container.process.poll()
             if returncode is not None:
-                with state.lock:
-                    container.ended_at = now
-                    container.returncode = returncode
-                    container.end_reason = container.end_reason or "exited"
-                self._set_output(
-                    call,
-                    _result(
-                        _S.GENERIC_STATUS_FAILURE,
-                        f"container {container.task_id} exited with status "
-                        f"{returncode} before sending an output",
-                    ),
-                    task_id=container.task_id,
-                )
+                self._ended(container, call, now, returncode)
                 continue
+            if call is None:  # started ahead, waiting for an input
+                continue
+            if container.preempted_at is not None:
+                grace = preemption.grace_s if preemption is not None else 0.0
+                if now - container.preempted_at >= grace:
+                    self._kill(container, "preempted")
+                continue
+            if preemption is not None and container.input_at is not None:
+                if committed is None:
+                    committed = self._committed(preemption.volume)
+                if call.function_call_id not in self._preempted_calls(
+                    preemption
+                ) and preemption.due(committed, now - container.input_at):
+                    self._preempt(container, now)
+                    continue
             every = state.background_commit_s
             if container.views and every and container.input_at is not None:
                 last = container.background_commit_at or container.input_at
@@ -474,7 +623,7 @@ class ContainerRpcs:
             startup = function.startup_timeout_secs
             timeout = function.timeout_secs
             if (
-                container.input_at is None
+                container.asked_at is None
                 and startup
                 and now - container.started_at > startup
             ):
@@ -544,9 +693,23 @@ class ContainerRpcs:
         """
         Answer a container's one input, then a ``kill_switch`` item (the container
         returns, ``_generate_inputs``); an input cancelled meanwhile is not given.
+        A container started ahead waits here up to :data:`AHEAD_POLL_S` seconds
+        for an input, else gets an empty answer, after which the client asks again
+        (``_generate_inputs``, modal/_runtime/container_io_manager.py: no inputs,
+        no ``rate_limit_sleep_duration``: the loop goes on).
         """
         await stream.recv_message()
         container = self._container_of(stream)
+        with self.state.lock:
+            container.asked_at = container.asked_at or self.state.now()
+        if not container.function_call_id:
+            try:
+                await asyncio.wait_for(
+                    self._assigned_event(container).wait(), timeout=AHEAD_POLL_S
+                )
+            except TimeoutError:
+                await stream.send_message(api_pb2.FunctionGetInputsResponse())
+                return
         call = self.state.function_calls[container.function_call_id]
         with self.state.lock:
             give = container.input_at is None and not call.cancelled
@@ -573,7 +736,8 @@ class ContainerRpcs:
         container = self._container_of(stream)
         call = self.state.function_calls[container.function_call_id]
         for item in req.outputs:
-            if item.input_id == call.input_id:
+            # a preempted container's output is dropped: its input restarts
+            if item.input_id == call.input_id and container.preempted_at is None:
                 self._set_output(
                     call,
                     item.result,

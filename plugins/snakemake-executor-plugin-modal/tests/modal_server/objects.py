@@ -11,7 +11,12 @@ Served, each with the client code it answers (modal 1.6.4):
   ``_cache_hit``), as Modal's cache does unless ``force_build``. Nothing is built:
   the containers run this machine's Python environment (:mod:`.containers`), so
   ``pip_install`` and ``run_commands`` layers are recorded only
-  (:attr:`~.state.ServerState.images`).
+  (:attr:`~.state.ServerState.images`). A build streams one output line
+  (:data:`BUILD_LOG`, ``TaskLogs`` on stdout), which the client prints under
+  ``modal.enable_output()`` (``_image_await_build_result``: ``put_streaming_log``),
+  as it prints a real build's output. A :class:`~.faults.BuildFault` makes builds
+  fail: its log line on stderr, then a failed result (``_Image._load`` raises
+  ``ImageBuildError``); a failed layer is not cached.
 - ``MountGetOrCreate`` and ``MountBatchedCheckExistence``: ``add_local_python_source``
   and other local files (modal/mount.py, ``_Mount._load_mount`` and
   ``_batched_get_missing_files``); file contents arrive through ``MountPutFile``
@@ -37,9 +42,14 @@ from modal_proto import api_pb2
 from .apps import IMAGE_BUILDER_VERSION
 from .state import new_id
 
-__all__ = ["ObjectRpcs", "image_metadata"]
+__all__ = ["BUILD_LOG", "ObjectRpcs", "image_metadata"]
 
 _SUCCESS = api_pb2.GenericResult.GENERIC_STATUS_SUCCESS
+_FAILURE = api_pb2.GenericResult.GENERIC_STATUS_FAILURE
+
+#: The output line of a layer's build (this server's words; Modal's builder streams
+#: the build steps' own output the same way).
+BUILD_LOG = "local Modal server: image {image_id} recorded, not built\n"
 
 #: Secret creation types served: those of ``Secret.from_dict`` inside an app or
 #: outside one (modal/secret.py).
@@ -92,8 +102,12 @@ class ObjectRpcs:
 
     async def ImageJoinStreaming(self, stream) -> None:
         """
-        Answer a layer's build result (success; nothing is built, see the module's
-        docstring), with its metadata, as the stream's last message (``eof``).
+        Stream a layer's build output (:data:`BUILD_LOG`), then its result as the
+        stream's last message (``eof``): success with its metadata (nothing is
+        built, see the module's docstring), or, where the server's
+        :class:`~.faults.BuildFault` fails it, the fault's log line on stderr and a
+        ``GENERIC_STATUS_FAILURE`` result (the layer is then forgotten: its next
+        request builds again).
 
         Raises
         ------
@@ -103,13 +117,46 @@ class ObjectRpcs:
         req = await stream.recv_message()
         with self.state.lock:
             known = req.image_id in self.state.images
+            fault = self.state.faults.build
+            failing = known and fault is not None and fault.fails()
+            if failing:
+                del self.state.images[req.image_id]
         if not known:
             raise GRPCError(Status.NOT_FOUND, f"Image {req.image_id} not found")
+        out = api_pb2.FILE_DESCRIPTOR_STDOUT
+        await stream.send_message(
+            api_pb2.ImageJoinStreamingResponse(
+                task_logs=[
+                    api_pb2.TaskLogs(
+                        data=BUILD_LOG.format(image_id=req.image_id),
+                        file_descriptor=out,
+                    )
+                ],
+                entry_id="1-0",
+            )
+        )
+        if failing:
+            logs = [
+                api_pb2.TaskLogs(
+                    data=fault.log.rstrip("\n") + "\n",
+                    file_descriptor=api_pb2.FILE_DESCRIPTOR_STDERR,
+                )
+            ]
+            result = api_pb2.GenericResult(status=_FAILURE, exception=fault.exception)
+            await stream.send_message(
+                api_pb2.ImageJoinStreamingResponse(
+                    task_logs=logs if fault.log else [],
+                    result=result,
+                    entry_id="2-0",
+                    eof=True,
+                )
+            )
+            return
         await stream.send_message(
             api_pb2.ImageJoinStreamingResponse(
                 result=api_pb2.GenericResult(status=_SUCCESS),
                 metadata=image_metadata(IMAGE_BUILDER_VERSION),
-                entry_id="1-0",
+                entry_id="2-0",
                 eof=True,
             )
         )

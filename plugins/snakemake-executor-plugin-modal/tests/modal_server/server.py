@@ -35,9 +35,10 @@ from .apps import AppRpcs
 from .base import UnimplementedModalServer
 from .blobs import ContentStore, http_app
 from .containers import APP_HEARTBEAT_TIMEOUT_S, ContainerRpcs
+from .faults import CLIENT, CONTAINER, Faults
 from .functions import FunctionRpcs
 from .objects import ObjectRpcs
-from .state import CallRecord, CommitFault, ServerState, new_id
+from .state import CallRecord, ServerState, new_id
 from .volumes import DEFAULT_ENVIRONMENT, VolumeRpcs
 
 __all__ = ["LocalModal", "LocalModalServer", "serve"]
@@ -130,7 +131,8 @@ class LocalModalServer(
         Raises
         ------
         grpclib.GRPCError
-            UNAUTHENTICATED for another client type or other credentials.
+            UNAUTHENTICATED for another client type or other credentials; the status
+            of an :class:`~.faults.RpcFault` that fails this call (nothing served).
         """
         metadata = {
             k: v
@@ -174,6 +176,11 @@ class LocalModalServer(
         ):
             record.status = Status.UNAUTHENTICATED.name
             raise GRPCError(Status.UNAUTHENTICATED, "Token ID or secret is invalid")
+        caller = (
+            CONTAINER if client_type == str(api_pb2.CLIENT_TYPE_CONTAINER) else CLIENT
+        )
+        with self.state.lock:
+            fault = self.state.faults.rpc_fault(record.method, caller)
         handler = event.method_func
 
         async def recorded(stream) -> None:
@@ -186,6 +193,10 @@ class LocalModalServer(
                 return message
 
             stream.recv_message = recv_message
+            if fault is not None:  # its request recorded, nothing served
+                await stream.recv_message()
+                record.status = fault.status
+                raise GRPCError(Status[fault.status], fault.text)
             try:
                 await handler(stream)
             except GRPCError as e:
@@ -229,9 +240,9 @@ class LocalModal:
     background_commit_s : float or None
         Seconds between background commits of a running container's volumes (None:
         none; :mod:`.views`).
-    commit_fault : CommitFault or None
-        Containers' commits that fail (:class:`~.state.CommitFault`); settable
-        later through ``state.commit_fault``.
+    faults : Faults or None
+        The faults the server injects (:class:`~.faults.Faults`); changeable while
+        it runs through :attr:`faults`.
 
     Attributes
     ----------
@@ -252,7 +263,7 @@ class LocalModal:
         container_heartbeat_s: float = 15.0,
         gpu_queue_delay_s: float = 0.0,
         background_commit_s: float | None = None,
-        commit_fault: CommitFault | None = None,
+        faults: Faults | None = None,
     ):
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
@@ -260,7 +271,7 @@ class LocalModal:
         self.state.app_heartbeat_timeout_s = app_heartbeat_timeout_s
         self.state.gpu_queue_delay_s = gpu_queue_delay_s
         self.state.background_commit_s = background_commit_s
-        self.state.commit_fault = commit_fault
+        self.state.faults = faults if faults is not None else Faults()
         self.container_heartbeat_s = container_heartbeat_s
         self.state.environments[DEFAULT_ENVIRONMENT] = new_id("en")
         self.store = ContentStore(root)
@@ -294,7 +305,7 @@ class LocalModal:
         self.http_url = f"http://127.0.0.1:{http_sock.getsockname()[1]}"
         self.url = f"http://127.0.0.1:{grpc_sock.getsockname()[1]}"
         self.store.base_url = self.http_url
-        self._runner = web.AppRunner(http_app(self.store), access_log=None)
+        self._runner = web.AppRunner(http_app(self.store, self.state), access_log=None)
         await self._runner.setup()
         await web.SockSite(self._runner, http_sock).start()
         self.servicer = LocalModalServer(
@@ -383,6 +394,12 @@ class LocalModal:
         )
         return env
 
+    @property
+    def faults(self) -> Faults:
+        """The faults the server injects (``state.faults``): change them while it
+        runs, e.g. ``server.faults.fail_rpc("FunctionGetOutputs", times=4)``."""
+        return self.state.faults
+
     def __enter__(self) -> LocalModal:
         return self.start()
 
@@ -402,7 +419,7 @@ def serve(root: Path, **kwargs) -> Iterator[LocalModal]:
     **kwargs
         ``token_id``, ``token_secret``, ``app_heartbeat_timeout_s``,
         ``container_heartbeat_s``, ``gpu_queue_delay_s``, ``background_commit_s``,
-        ``commit_fault`` (see :class:`LocalModal`).
+        ``faults`` (see :class:`LocalModal`).
 
     Yields
     ------

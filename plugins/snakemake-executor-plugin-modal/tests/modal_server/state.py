@@ -19,12 +19,15 @@ from pathlib import Path
 from google.protobuf.message import Message
 from modal_proto import api_pb2
 
+from .faults import CommitFault, Faults
+
 __all__ = [
     "AppRecord",
     "CallRecord",
     "CommitFault",
     "ContainerRecord",
     "FunctionCallRecord",
+    "Faults",
     "FunctionRecord",
     "ServerState",
     "VolumeRecord",
@@ -283,7 +286,8 @@ class ContainerRecord:
     task_id : str
         ``ta-...``.
     function_id, app_id, function_call_id, input_id : str
-        What it runs.
+        What it runs; ``function_call_id`` and ``input_id`` are ``""`` while a
+        container started ahead (``Faults.containers_ahead``) waits for an input.
     folder : pathlib.Path
         Its folder: the container arguments, its working directory (``root/``), its
         output (``stdout.log``, ``stderr.log``).
@@ -293,13 +297,18 @@ class ContainerRecord:
         The token it authenticates with (``x-modal-task-secret``).
     started_at : float
         When it was started, seconds since the epoch: billing starts here.
+    asked_at : float or None
+        When it first asked for an input (``FunctionGetInputs``): its start-up ends
+        here (a container started ahead may wait there for one).
     input_at : float or None
-        When it received its input (``FunctionGetInputs``): start-up ends here.
+        When it received its input (``FunctionGetInputs``): its timeout counts from
+        here.
     ended_at : float or None
         When its process was seen gone.
     end_reason : str
         ``"exited"``, ``"timeout"``, ``"startup timeout"``, ``"cancelled"``, ``"app
-        stopped"``, ``"stopped"`` (``ContainerStop``) or ``""`` while it runs.
+        stopped"``, ``"stopped"`` (``ContainerStop``), ``"preempted"`` or ``""``
+        while it runs.
     returncode : int or None
         The process's exit status (negative: the signal that ended it).
     heartbeats : list of float
@@ -312,6 +321,10 @@ class ContainerRecord:
         commits and reloads); empty where volumes are linked, not viewed.
     background_commit_at : float or None
         When the server last committed its views in the background.
+    preempted_at : float or None
+        When the server interrupted it to preempt it (``Faults.preemption``): it is
+        killed ``grace_s`` later if still running, and its input restarted in a new
+        container once it is gone.
     """
 
     task_id: str
@@ -323,6 +336,7 @@ class ContainerRecord:
     process: subprocess.Popen
     secret: str
     started_at: float
+    asked_at: float | None = None
     input_at: float | None = None
     ended_at: float | None = None
     end_reason: str = ""
@@ -331,6 +345,7 @@ class ContainerRecord:
     cancel_input_ids: list[str] = field(default_factory=list)
     views: dict = field(default_factory=dict)
     background_commit_at: float | None = None
+    preempted_at: float | None = None
 
     @property
     def pid(self) -> int:
@@ -346,50 +361,6 @@ class ContainerRecord:
         """Seconds billed so far: from its start to its end (or ``now``)."""
         end = self.ended_at if self.ended_at is not None else (now or time.time())
         return end - self.started_at
-
-
-@dataclass
-class CommitFault:
-    """
-    Commits of volumes from containers that fail (``ServerState.commit_fault``).
-
-    Attributes
-    ----------
-    mode : str
-        ``"once"`` (one commit fails, later ones work) or ``"always"``.
-    status : str
-        The gRPC status of the failure, by name. The client retries
-        ``UNAVAILABLE``, ``INTERNAL``, ``DEADLINE_EXCEEDED``, ``CANCELLED`` and
-        ``UNKNOWN`` (modal/_utils/grpc_utils.py, ``RETRYABLE_GRPC_STATUS_CODES``;
-        ``_Volume.commit`` up to 90 times, the exit commit 9 times:
-        ``TaskLifecycleManager.volume_commit``), so "once" with one of those is
-        never seen by the function; the default, ``FAILED_PRECONDITION``, is
-        ``ConflictError``, which ``_Volume.commit`` raises as ``RuntimeError``
-        (modal/volume.py; modal/_grpc_client.py, ``_STATUS_TO_EXCEPTION``).
-    after : int
-        Commits that go through before the first failure.
-    volume : str
-        The volume's name (``""``: every volume).
-    seen, failed : int
-        Commits counted so far, and those failed.
-    """
-
-    mode: str = "once"
-    status: str = "FAILED_PRECONDITION"
-    after: int = 0
-    volume: str = ""
-    seen: int = 0
-    failed: int = 0
-
-    def fails(self, volume_name: str) -> bool:
-        """Count one commit of ``volume_name``; whether it fails."""
-        if self.volume and volume_name != self.volume:
-            return False
-        self.seen += 1
-        if self.seen <= self.after or (self.mode == "once" and self.failed):
-            return False
-        self.failed += 1
-        return True
 
 
 @dataclass
@@ -435,8 +406,8 @@ class ServerState:
     background_commit_s : float or None
         Seconds between the server's background commits of a running container's
         volumes (None: none; see :mod:`.views`).
-    commit_fault : CommitFault or None
-        Containers' commits that fail.
+    faults : Faults
+        The faults the server injects (:mod:`.faults`; none by default).
     volume_views : bool
         Whether containers get their own view of a volume (a mount namespace each);
         False once a container had to be given a link to the volume's folder.
@@ -460,7 +431,7 @@ class ServerState:
     app_heartbeat_timeout_s: float = 60.0
     gpu_queue_delay_s: float = 0.0
     background_commit_s: float | None = None
-    commit_fault: CommitFault | None = None
+    faults: Faults = field(default_factory=Faults)
     volume_views: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -17,7 +17,7 @@ Served, each with the client code it answers (modal 1.6.4):
 - ``VolumeCommit`` and ``VolumeReload``: ``commit`` (which reloads unless the answer
   says ``skip_reload``) and ``reload``, from a container: its own view of the volume
   published, or published and refreshed (:mod:`.views`); a commit may fail as the
-  server's :class:`~.state.CommitFault` says.
+  server's :class:`~.faults.CommitFault` says.
 
 Errors follow what the client turns them into (modal/_grpc_client.py,
 ``_STATUS_TO_EXCEPTION``): NOT_FOUND for a missing volume or path (``read_file`` and
@@ -481,13 +481,13 @@ class VolumeRpcs:
         Raises
         ------
         grpclib.GRPCError
-            The server's :class:`~.state.CommitFault` status, for a container's
+            The server's :class:`~.faults.CommitFault` status, for a container's
             commit that it fails (nothing published).
         """
         req = await stream.recv_message()
         volume = self._volume(req.volume_id)
         view = self._view_of(stream, volume)
-        fault = self.state.commit_fault
+        fault = self.state.faults.commit
         with self.state.lock:
             volume.commits += 1
             failing = (
