@@ -1169,3 +1169,142 @@ def test_a_build_fault_fails_the_build_with_its_log_line(local_modal):
     assert local_modal.faults.build.failed == 1
     joins = local_modal.state.calls_of("ImageJoinStreaming")
     assert len(joins) >= 3  # the base layer, the failed one built again
+
+
+_CONTAINER_FAULTS = (
+    _ERROR
+    + """
+import os, signal
+app = modal.App("container-faults")
+vol = modal.Volume.from_name("pre", create_if_missing=True)
+SIGNALS = Path(arg["mount"] + "-signals")
+SIGNALS.mkdir(parents=True, exist_ok=True)
+options = dict(
+    volumes={arg["mount"]: vol},
+    serialized=True,
+    single_use_containers=True,
+    timeout=60,
+)
+def stubborn():
+    # each start counted beside the volume; the first ignores the interrupt
+    starts = SIGNALS / "starts"
+    with open(starts, "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    if Path(arg["mount"], "first.txt").exists():
+        return {"starts": len(starts.read_text().split()), "entered": time.time()}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    Path(arg["mount"], "first.txt").write_text("committed before the preemption")
+    vol.commit()
+    time.sleep(60)
+def sees(path, reload):
+    if reload:
+        vol.reload()
+    return os.path.exists(path)
+def entered():
+    return {"entered": time.time()}
+stubborn = app.function(**options, name="stubborn")(stubborn)
+entered = app.function(**options, name="entered")(entered)
+sees = app.function(**options, startup_timeout=arg.get("startup", 60), name="sees")(
+    sees
+)
+def put(name):
+    Path(name).write_text(name)
+    with vol.batch_upload(force=True) as batch:
+        batch.put_file(name, "/" + name)
+with app.run():
+    if arg["case"] == "preempt":
+        out["result"] = stubborn.spawn().get(timeout=60)
+    elif arg["case"] == "delay":
+        out["result"] = entered.spawn().get(timeout=60)
+        out["startup"] = error(lambda: sees.spawn("/", False).get(timeout=60))
+    else:
+        time.sleep(1)
+        out["uploaded_at"] = time.time()
+        put("in.txt")
+        path = arg["mount"] + "/in.txt"
+        out["without"] = sees.spawn(path, False).get(timeout=60)
+        out["with"] = sees.spawn(path, True).get(timeout=60)
+"""
+)
+
+
+def test_a_preempted_input_restarts_in_a_new_container(tmp_path):
+    """
+    Preemption once a file is committed: the container is interrupted (``SIGINT``);
+    one that ignores it is killed after the grace period; the same input then runs
+    in a new container whose view holds the committed file, and its output is the
+    call's. Both containers are billed.
+    """
+    from .modal_server import Faults, Preemption
+
+    preemption = Preemption(volume="pre", when=("first.txt",), grace_s=1.0)
+    with serve(tmp_path / "server", faults=Faults(preemption=preemption)) as server:
+        arg = {"mount": str(tmp_path / "mnt"), "case": "preempt"}
+        out = run_client(server, _CONTAINER_FAULTS, arg)
+        state = server.state
+        assert out["result"]["starts"] == 2
+        (call,) = state.function_calls.values()
+        first, second = (state.containers[t] for t in call.task_ids)
+        assert preemption.preempted == [first.task_id]
+        assert first.end_reason == "preempted" and first.returncode == -9
+        assert first.ended_at - first.preempted_at >= 1.0  # the grace period
+        assert second.started_at >= first.ended_at
+        assert call.status_name == "GENERIC_STATUS_SUCCESS"
+        assert call.output.task_id == second.task_id
+        assert len(state.bill()) == 2
+
+
+def test_a_start_up_delay_is_billed_and_counts_against_the_start_up_timeout(
+    tmp_path,
+):
+    """
+    With a start-up delay, a container is billed from its start while Modal's
+    entrypoint waits; it asks for its input only after the delay, and a start-up
+    timeout shorter than the delay ends it (``FunctionTimeoutError``).
+    """
+    from .modal_server import Faults
+
+    with serve(tmp_path / "server", faults=Faults(start_delay_s=3.0)) as server:
+        arg = {"mount": str(tmp_path / "mnt"), "case": "delay", "startup": 2}
+        out = run_client(server, _CONTAINER_FAULTS, arg)
+        state = server.state
+        by_name = {
+            state.functions[c.function_id].name: c for c in state.containers.values()
+        }
+        delayed = by_name["entered"]
+        assert delayed.asked_at - delayed.started_at >= 3.0
+        assert out["result"]["entered"] - delayed.started_at >= 3.0
+        assert delayed.billed_s() >= 3.0
+        kind, text = out["startup"]
+        assert kind == "FunctionTimeoutError" and "startup_timeout=2" in text
+        assert by_name["sees"].end_reason == "startup timeout"
+
+
+def test_a_container_started_ahead_sees_an_upload_only_after_reloading(tmp_path):
+    """
+    A container started ahead of its input (at the app's start) has the volume's
+    view of that moment: a file uploaded later is not there until it reloads. Each
+    input goes to the waiting container, another starts ahead; the app's end stops
+    the one left waiting.
+    """
+    from .modal_server import Faults
+
+    with serve(tmp_path / "server", faults=Faults(containers_ahead=True)) as server:
+        arg = {"mount": str(tmp_path / "mnt"), "case": "ahead"}
+        out = run_client(server, _CONTAINER_FAULTS, arg)
+        state = server.state
+        assert out["without"] is False and out["with"] is True
+        sees = state.function("sees")
+        containers = [
+            c
+            for c in state.containers.values()
+            if state.functions[c.function_id].name == "sees"
+        ]
+        assert len(containers) == 3  # two given inputs, one left waiting
+        used, second, idle = sorted(containers, key=lambda c: c.started_at)
+        assert (
+            used.started_at < out["uploaded_at"] and used.input_at > out["uploaded_at"]
+        )
+        assert used.function_call_id and second.function_call_id
+        assert idle.function_call_id == "" and idle.end_reason == "app stopped"
+        assert all(c.function_id == sees.function_id for c in containers)
