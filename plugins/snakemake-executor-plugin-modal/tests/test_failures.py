@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from snakemake_executor_plugin_modal.container import PART
 from snakemake_executor_plugin_modal.staging import default_prefix
 
 from .helpers import run_snakemake, spawned
@@ -37,20 +38,30 @@ rule copy:
 """
 
 
-def calls(backend):
-    """The calls spawned: on the local Modal server (the ``modal_server`` fixture's,
-    ``helpers.spawned``) or on the fake (``fake_modal``, for the tests left there)."""
-    if hasattr(backend, "state"):
-        return spawned(backend)
-    return backend.fake_calls()
+def calls(server):
+    """The calls the local Modal server was asked to run (the ``modal_server``
+    fixture's; ``helpers.spawned``)."""
+    return spawned(server)
 
 
 def cancels(server) -> list[str]:
-    """The call ids whose ``FunctionCall.cancel`` reached the local Modal server."""
+    """The call ids whose ``FunctionCall.cancel`` the local Modal server took (a
+    cancel failed by a fault is left out)."""
     return [
         c.requests[0].function_call_id
         for c in server.state.calls_of("FunctionCallCancel")
+        if c.status == "OK"
     ]
+
+
+def secret_keys(server, call_id: str) -> list[str]:
+    """The environment variables the call's container got as Modal secrets."""
+    state = server.state
+    with state.lock:
+        function = state.functions[state.function_calls[call_id].function_id]
+        return sorted(
+            k for s in function.definition.secret_ids for k in state.secrets[s]
+        )
 
 
 def stdout_of(server, call_id: str) -> str:
@@ -130,21 +141,27 @@ def counts(folder):
     return {f.name: len(f.read_text().split()) for f in sorted(folder.iterdir())}
 
 
-def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp_path):
+def test_preempted_input_is_restarted_and_reuses_committed_files(
+    modal_server, tmp_path
+):
     """Modal restarts a preempted input (same call) in a new container: the image
     finished and committed before the preemption is not computed again, and no
-    partial file reaches the volume or the working directory."""
-    once, ran = tmp_path / "preempted-once", tmp_path / "ran"
+    partial file reaches the volume or the working directory. The server preempts
+    as Modal does (``Preemption``: an interrupt, ``SIGINT``, once the image and its
+    reuse record are committed; the container's client sends no output and commits
+    at its exit; the input restarts once the container is gone)."""
+    from .modal_server import Preemption
+
+    ran = tmp_path / "ran"
     ran.mkdir()
     work = tmp_path / "wf"
-    # preempted once an image is committed with its reuse record
-    committed = fake_modal_volume(tmp_path) / default_prefix(work)
-    env = {
-        "FAKE_MODAL_PREEMPT_AFTER_S": "600",  # a fallback never reached
-        "FAKE_MODAL_PREEMPT_ONCE_FILE": str(once),
-        "FAKE_MODAL_PREEMPT_WHEN": f"{committed}/img*.txt:"
-        f"{committed}/.snakemake/modal/done/img*.txt@*",
-    }
+    prefix = default_prefix(work)
+    preemption = Preemption(
+        volume="tests",
+        when=(f"{prefix}/img*.txt", f"{prefix}/.snakemake/modal/done/img*.txt@*"),
+        grace_s=10.0,  # the kill, should the interrupt not end the container
+    )
+    modal_server.faults.preemption = preemption
     config = [f"counts={ran}", f"first={tmp_path / 'first'}"]
     result = run_snakemake(
         work,
@@ -154,14 +171,13 @@ def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp
         "1",
         "--config",
         *config,
-        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert once.exists(), "the fake did not preempt"
-    assert len(calls(fake_modal)) == 1  # one call, its input restarted by Modal
-    assert (
-        len((tmp_path / "fake-modal" / "restarts.jsonl").read_text().splitlines()) == 1
-    )
+    assert len(preemption.preempted) == 1, "the server did not preempt"
+    (call,) = calls(modal_server)  # one call, its input restarted by Modal
+    assert len(call["task_ids"]) == 2
+    assert call["task_ids"][0] == preemption.preempted[0]
+    assert call["status"] == "GENERIC_STATUS_SUCCESS"
     # the image the first container ran first was committed before the preemption,
     # the other was not: computed again in the second container, the first not
     first = (tmp_path / "first" / "image").read_text().strip()
@@ -169,8 +185,9 @@ def test_preempted_input_is_restarted_and_reuses_committed_files(fake_modal, tmp
     assert counts(ran) == {first: 1, other: 2}
     assert (work / "img0.txt").read_text() == (work / "img1.txt").read_text() == "1\n"
     assert not list(work.rglob("*.modal-part"))
-    volume = fake_modal_volume(tmp_path)
+    volume = modal_server.state.volume("tests").folder
     assert [f.read_text() for f in sorted(volume.rglob("img*.txt"))] == ["1\n"] * 2
+    assert not [f for f in volume.rglob("*") if PART in f.name]
 
 
 def test_a_failing_image_spares_the_others_and_a_rerun_reuses_them(
@@ -194,11 +211,14 @@ def test_a_failing_image_spares_the_others_and_a_rerun_reuses_them(
     assert (work / "img0.txt").read_text() == "2\n"
 
 
-def fake_modal_volume(tmp_path):
-    return tmp_path / "fake-modal" / "volumes" / "tests"
-
-
-def test_transport_errors_while_polling_do_not_kill_the_job(fake_modal, tmp_path):
+def test_transport_errors_while_polling_do_not_kill_the_job(modal_server, tmp_path):
+    """
+    ``FunctionGetOutputs`` unavailable: the client retries it 3 times itself
+    (modal/_utils/grpc_utils.py), so each ``get`` that fails here took 4 failed
+    calls and raises ``ServiceError`` (the fake raised ``ConnectionError``); 3 of
+    them are taken as "status not readable" and the job finishes.
+    """
+    fault = modal_server.faults.fail_rpc("FunctionGetOutputs", times=12)
     result = run_snakemake(
         tmp_path,
         SLOW,
@@ -206,49 +226,50 @@ def test_transport_errors_while_polling_do_not_kill_the_job(fake_modal, tmp_path
         "RUN_LABEL",
         "--config",
         "sleep=0",
-        env={"FAKE_MODAL_GET_ERRORS": "3", "RUN_LABEL": "label-xyz"},
+        env={"RUN_LABEL": "label-xyz"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     text = result.stdout + result.stderr
-    assert "status not readable (ConnectionError" in text
-    assert len(calls(fake_modal)) == 1
+    assert "status not readable (ServiceError: FunctionGetOutputs: UNAVAILABLE" in text
+    assert text.count("status not readable (ServiceError") == 3
+    assert fault.failed == 12
+    assert len(calls(modal_server)) == 1
     # --envvars: a Modal secret of the container, not an argument of the call
-    assert calls(fake_modal)[0]["env_keys"] == ["RUN_LABEL"]
-    assert "label-xyz" not in json.dumps(calls(fake_modal)[0]["args"])
+    call = calls(modal_server)[0]
+    assert secret_keys(modal_server, call["call_id"]) == ["RUN_LABEL"]
+    assert "label-xyz" not in json.dumps(call["args"])
     assert (tmp_path / "out.txt").read_text() == "done\n"
 
 
-def test_a_failed_submission_is_that_jobs_error_and_is_retried(fake_modal, tmp_path):
-    result = run_snakemake(
-        tmp_path,
-        SLOW,
-        "--config",
-        "sleep=0",
-        "--retries",
-        "1",
-        env={"FAKE_MODAL_SPAWN_ERRORS": "1"},
-    )
+def test_a_failed_submission_is_that_jobs_error_and_is_retried(modal_server, tmp_path):
+    """``FunctionMap`` unavailable past the client's own 3 retries: ``spawn`` raises
+    ``ServiceError`` (the fake raised ``ConnectionError``), that job's error; its
+    retry is submitted."""
+    modal_server.faults.fail_rpc("FunctionMap", times=4)
+    result = run_snakemake(tmp_path, SLOW, "--config", "sleep=0", "--retries", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     text = result.stdout + result.stderr
-    assert "not submitted: ConnectionError: Connection lost" in text
-    assert len(calls(fake_modal)) == 1  # the retry's
+    assert (
+        "not submitted: ServiceError: FunctionMap: UNAVAILABLE (fault injected by "
+        "the test)" in text
+    )
+    assert len(calls(modal_server)) == 1  # the retry's
     assert (tmp_path / "out.txt").read_text() == "done\n"
 
 
-def test_an_image_build_failure_stops_the_run_before_any_job(fake_modal, tmp_path):
-    result = run_snakemake(
-        tmp_path,
-        SLOW,
-        "--config",
-        "sleep=0",
-        env={"FAKE_MODAL_BUILD_FAIL": "ERROR: No matching distribution for torch"},
+def test_an_image_build_failure_stops_the_run_before_any_job(modal_server, tmp_path):
+    from .modal_server import BuildFault
+
+    modal_server.faults.build = BuildFault(
+        log="ERROR: No matching distribution for torch"
     )
+    result = run_snakemake(tmp_path, SLOW, "--config", "sleep=0")
     assert result.returncode != 0
     text = result.stdout + result.stderr
     assert "ERROR: No matching distribution for torch" in text  # build output shown
     assert "the container image could not be built" in text
-    assert "modal image logs im-fake" in text
-    assert calls(fake_modal) == []
+    assert "modal image logs im-" in text
+    assert calls(modal_server) == []
 
 
 def test_timeout_stops_the_container_and_its_log_comes_back(modal_server, tmp_path):
@@ -416,54 +437,62 @@ rule default_gpu:
 
 
 @pytest.mark.parametrize(
-    ("fault", "raised"),
+    ("status", "raised"),
     [
-        # Python's, not "running" (an OSError with ETIMEDOUT is one too; that and
-        # other OSErrors: test_contract, with the real client's marks)
-        ("TimeoutError", "TimeoutError: commit timed out"),
-        ("ConnectionError", "ConnectionError: Deadline exceeded"),  # Modal's own
+        # Modal's ConflictError, which Volume.commit raises as Python's RuntimeError
+        # (modal/volume.py): the real client's, where the fake raised TimeoutError
+        ("FAILED_PRECONDITION", "RuntimeError"),
+        # a class the plugin takes for "status not readable" when the client's own
+        # get raises it: raised in the container, it is the job's failure (the
+        # fake's Modal ConnectionError; the real client retries UNAVAILABLE and
+        # DEADLINE_EXCEEDED 90 times, about 90 s, before raising ServiceError)
+        ("RESOURCE_EXHAUSTED", "ResourceExhaustedError"),
     ],
 )
 def test_an_error_raised_in_the_container_is_the_jobs_failure(
-    fake_modal, tmp_path, fault, raised
+    modal_server, tmp_path, status, raised
 ):
     """Modal raises a container's exception again here with its own class: whatever
     the class, it is the job's failure, shown with its log's tail at once, never
-    taken for "still running" or "Modal could not be reached"."""
+    taken for "still running" or "Modal could not be reached". The container's
+    second ``Volume.commit()`` fails (``CommitFault``): the first (outputs and the
+    log) goes through."""
+    from .modal_server import CommitFault
+
+    modal_server.faults.commit = CommitFault(mode="once", status=status, after=1)
     started = time.monotonic()
-    result = run_snakemake(
-        tmp_path,
-        SLOW,
-        "--config",
-        "sleep=0",
-        # the first commit (outputs and the log) goes through, the last one raises
-        env={"FAKE_MODAL_COMMIT_ERROR": fault, "FAKE_MODAL_COMMIT_ERROR_AFTER": "1"},
-        timeout=120,
-    )
+    result = run_snakemake(tmp_path, SLOW, "--config", "sleep=0", timeout=120)
     assert time.monotonic() - started < 100
     text = result.stdout + result.stderr
     assert result.returncode != 0
-    assert f"the container raised {raised}" in text
+    assert (
+        f"the container raised {raised}: commit of volume 'tests' failed (fault set "
+        "by the test)" in text
+    )
+    assert modal_server.faults.commit.failed == 1
     assert "status not readable" not in text and "could not be reached" not in text
     assert "last lines of its log (whole log:" in text
     assert "Building DAG of jobs" in text  # the container's log tail
 
 
-def test_a_failed_upload_is_sent_again_by_the_retry(fake_modal, tmp_path):
-    """The first batch upload fails in the middle: that job's error, and its retry
-    in the same run sends the files again (the container finds its input)."""
-    snakefile = COPY
-    tmp_path.mkdir(exist_ok=True)
+def test_a_failed_upload_is_sent_again_by_the_retry(modal_server, tmp_path):
+    """The first batch upload fails at its end (``VolumePutFiles`` past the
+    client's own 3 retries: ``ServiceError``, none of its files put; the fake
+    raised ``ConnectionError``): that job's error, and its retry in the same run
+    sends the files again (the container finds its input)."""
+    fault = modal_server.faults.fail_rpc("VolumePutFiles", "DEADLINE_EXCEEDED", times=4)
     (tmp_path / "in.txt").write_text("staged\n")
-    result = run_snakemake(
-        tmp_path, snakefile, "--retries", "1", env={"FAKE_MODAL_UPLOAD_ERRORS": "1"}
-    )
+    result = run_snakemake(tmp_path, COPY, "--retries", "1")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "not submitted: ConnectionError: Connection lost" in result.stderr
+    assert (
+        "not submitted: ServiceError: VolumePutFiles: DEADLINE_EXCEEDED"
+        in result.stderr
+    )
+    assert fault.failed == 4
     assert (tmp_path / "out.txt").read_text() == "staged\n"
 
 
-def test_container_output_goes_to_the_jobs_log_not_the_terminal(fake_modal, tmp_path):
+def test_container_output_goes_to_the_jobs_log_not_the_terminal(modal_server, tmp_path):
     """The image build's output is shown here; the containers' output is not streamed
     to this terminal (modal.enable_output() around app.run() would, for the app's
     whole life): it is in the job's log file, and in Modal's logs (the dashboard)."""
@@ -473,33 +502,37 @@ def test_container_output_goes_to_the_jobs_log_not_the_terminal(fake_modal, tmp_
     result = run_snakemake(tmp_path, snakefile, "--config", "sleep=0")
     assert result.returncode == 0, result.stderr[-3000:]
     text = result.stdout + result.stderr
-    assert "[fake modal] building" in text  # the build's output, shown
+    assert "local Modal server: image im-" in text  # the build's output, shown
     assert "container-says-hello" not in text
     assert "Initialized. View run at" not in text  # no app log stream started
     log = tmp_path / ".snakemake" / "modal" / "snakejob.slow.1.sh.log"
     assert "container-says-hello" in log.read_text()
-    call_id = calls(fake_modal)[0]["call_id"]
-    dashboard = tmp_path / "fake-modal" / "containers" / call_id / "container.log"
-    assert "container-says-hello" in dashboard.read_text()
+    call_id = calls(modal_server)[0]["call_id"]
+    assert "container-says-hello" in stdout_of(modal_server, call_id)
 
 
 @pytest.mark.parametrize(
-    ("env", "args", "named"),
+    ("env", "build", "named"),
     [
-        ({"FAKE_MODAL_TOKEN_REJECTED": "1"}, [], "Modal refused the credentials"),
-        ({"FAKE_MODAL_BUILD_FAIL": "E: no torch"}, [], "image could not be built"),
+        # the server refuses the token: AuthError at the first request
+        ({"MODAL_TOKEN_SECRET": "as-revoked"}, None, "Modal refused the credentials"),
+        ({}, "E: no torch", "image could not be built"),
     ],
 )
 def test_errors_at_app_start_are_named_for_what_they_are(
-    fake_modal, tmp_path, env, args, named
+    modal_server, tmp_path, env, build, named
 ):
-    result = run_snakemake(tmp_path, SLOW, "--config", "sleep=0", *args, env=env)
+    from .modal_server import BuildFault
+
+    if build:
+        modal_server.faults.build = BuildFault(log=build)
+    result = run_snakemake(tmp_path, SLOW, "--config", "sleep=0", env=env)
     assert result.returncode != 0
     assert named in result.stderr and "nothing was submitted" in result.stderr
-    if "TOKEN" in str(env):
+    if env:
         assert "image could not be built" not in result.stderr
         assert "modal token new" in result.stderr
-    assert calls(fake_modal) == []
+    assert calls(modal_server) == []
 
 
 def test_the_jobs_own_python_finds_the_local_packages(modal_server, tmp_path):
