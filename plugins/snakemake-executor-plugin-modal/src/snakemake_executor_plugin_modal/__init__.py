@@ -36,7 +36,17 @@ from snakemake_interface_executor_plugins.settings import (
 from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args
 
 from . import preflight
-from .calls import MOUNT, STARTUP_S, Admission, ContainerCall, Ledger, RunApp
+from .calls import (
+    MOUNT,
+    STARTUP_S,
+    Admission,
+    ContainerCall,
+    Ledger,
+    Outcome,
+    Pauses,
+    RunApp,
+    heartbeat_interval_s,
+)
 from .container import JOB_LOG, TARGETS
 from .image import container_image
 from .prices import GpuRequest, parse_gpu
@@ -209,6 +219,11 @@ class Executor(RemoteExecutor):
         # external job id -> its running call; external id -> a job waiting for
         # budget; calls of failed jobs whose cancel has not reached Modal (they may
         # bill); failed job -> its spec, until handle_job_error brings its files
+        # once the run's app has ended under it (Modal ended a call without a cancel
+        # from this run): the line that said so; every call then fails, no job starts
+        self._app_ended: str | None = None
+        # when this process did not run (no heartbeat of Modal's client left it)
+        self.pauses = Pauses(heartbeat_interval_s())
         self._calls: dict[str, ContainerCall] = {}
         self._waiting: dict[str, object] = {}
         self._orphans: list[ContainerCall] = []
@@ -310,6 +325,12 @@ class Executor(RemoteExecutor):
         refuse it (see :meth:`run_job`).
         """
         name = self.get_jobname(job)
+        if self._app_ended is not None:
+            msg = f"Modal: job {name} not submitted: {self.ended_with_app()}"
+            if job.is_group():  # Snakemake prints no message for a group's error
+                self.logger.error(msg)
+            self.report_job_error(SubmittedJobInfo(job), msg=msg)
+            return
         with self._admit_lock:  # admitted and registered as one step
             admission = self.admission(job)
             if admission.verdict == "refuse":
@@ -605,11 +626,18 @@ class Executor(RemoteExecutor):
                 continue
             if call is None:  # cancelled meanwhile
                 continue
-            async with self.status_rate_limiter:
-                outcome = await asyncio.to_thread(call.poll)
-            if outcome is None:
-                yield job_info
-                continue
+            if self._app_ended is None:
+                async with self.status_rate_limiter:
+                    outcome = await asyncio.to_thread(call.poll)
+                if outcome is None:
+                    yield job_info
+                    continue
+                if outcome.ended_by_modal:
+                    self.app_ended(call, outcome)
+                    outcome.message = self.ended_with_app()
+            else:  # not taken as running: Modal may never give its output
+                outcome = Outcome(False, self.ended_with_app())
+                await asyncio.to_thread(call.cancel, 1)  # if it runs on even so
             with self._calls_lock:
                 if self._calls.pop(external_id, None) is None:
                     continue  # cancelled meanwhile (Ctrl-C): counted there
@@ -636,6 +664,46 @@ class Executor(RemoteExecutor):
                 if job_info.job.is_group():  # Snakemake prints no message for it
                     self.logger.error(f"{self.get_jobname(job_info.job)}: {msg}")
                 self.report_job_error(job_info, msg=msg)
+
+    def app_ended(self, call: ContainerCall, outcome: Outcome) -> None:
+        """
+        Say once, in one line, that the run's app has ended under it: Modal ended
+        `call` without a cancel from this run (`Outcome.ended_by_modal`), with what
+        this process knows of why (`Pauses`: it did not run, so its client sent no
+        heartbeat, for longer than the heartbeat interval). From then on every
+        running call fails at its next status check (Modal may never give a stopped
+        app's calls an output: none is taken as running) and no job is started
+        (a spawn into a stopped app fails with an error that does not say why);
+        failed shards bring home what their containers committed
+        (`handle_job_error`), so the next run computes only the rest.
+        """
+        if self._app_ended is not None:
+            return
+        interval = self.pauses.least_s
+        paused = self.pauses.longest(since=call.spawned_at)
+        if paused:
+            why = (
+                f"this process did not run for {paused:.0f} s meanwhile (the machine "
+                "slept, or the process was stopped), so its Modal client sent no "
+                f"heartbeat for longer than its {interval:g} s interval, and Modal "
+                "stops an ephemeral app whose client stops heartbeating"
+            )
+        else:
+            why = (
+                "the app was stopped (`modal app stop`, Modal's dashboard), or Modal "
+                "stopped hearing its client's heartbeats (a lost connection)"
+            )
+        self._app_ended = (
+            f"Modal: the run's app {self.app.app_id} has ended: {outcome.message}; "
+            f"{why}. Every call of the run fails now (the outputs their containers "
+            "committed are brought home) and no job is started: run Snakemake "
+            "again to compute the rest"
+        )
+        self.logger.error(self._app_ended)
+
+    def ended_with_app(self) -> str:
+        """A job's message once the run's app has ended (the line said once)."""
+        return f"ended with the run's app {self.app.app_id} (said above)"
 
     async def start_waiting(self, job_info) -> bool:
         """
@@ -667,6 +735,8 @@ class Executor(RemoteExecutor):
     def _start_if_admitted(self, job_info) -> tuple | None:
         """A waiting job's admission and start, as one step (`_admit_lock`): the
         call and its spec, None while it still waits; raises when refused."""
+        if self._app_ended is not None:
+            raise WorkflowError(self.ended_with_app())
         with self._admit_lock:
             admission = self.admission(job_info.job)
             if admission.verdict == "wait":
@@ -828,6 +898,9 @@ class Executor(RemoteExecutor):
 
     def shutdown(self):
         super().shutdown()
+        pauses = getattr(self, "pauses", None)
+        if pauses is not None:
+            pauses.stop()
         self.cancel_orphans()
         app = getattr(self, "app", None)
         if app is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from .container import run_job
 from .prices import GpuRequest
 
 __all__ = [
+    "HEARTBEAT_INTERVAL_S",
     "MIN_TIMEOUT_S",
     "MOUNT",
     "STARTUP_S",
@@ -29,7 +31,9 @@ __all__ = [
     "ContainerCall",
     "Ledger",
     "Outcome",
+    "Pauses",
     "RunApp",
+    "heartbeat_interval_s",
     "raised_in_container",
     "start_error",
     "transport_errors",
@@ -160,6 +164,10 @@ class Outcome:
     given_up : bool
         The call's status could not be read for the whole grace period: it may still
         run (the executor cancels it).
+    ended_by_modal : bool
+        Modal ended the call without a cancel from this run (``RemoteError``, not
+        raised in the container): its app was stopped, or the call cancelled from
+        outside the run (see :meth:`ContainerCall.poll`).
     """
 
     ok: bool
@@ -167,6 +175,7 @@ class Outcome:
     result: dict | None = None
     remote: bool = False
     given_up: bool = False
+    ended_by_modal: bool = False
 
 
 class RunApp:
@@ -393,6 +402,105 @@ def start_error(
     return WorkflowError(f"Modal: the run's app could not start ({what}){tail}")
 
 
+#: Seconds between the heartbeats of Modal's client, where its config gives none
+#: (``heartbeat_interval``, 15 by default: ``modal/config.py``).
+HEARTBEAT_INTERVAL_S = 15.0
+
+
+def heartbeat_interval_s() -> float:
+    """
+    Seconds between two heartbeats of Modal's client to the run's app: its
+    ``heartbeat_interval`` setting (``MODAL_HEARTBEAT_INTERVAL``; ``modal/config.py``,
+    read by ``modal/client.py`` as ``HEARTBEAT_INTERVAL``), else
+    :data:`HEARTBEAT_INTERVAL_S`.
+    """
+    try:
+        import modal.config
+
+        value = modal.config.config.get("heartbeat_interval")
+        return float(value) if value else HEARTBEAT_INTERVAL_S
+    except Exception:  # noqa: BLE001 (a client without the setting: the default)
+        return HEARTBEAT_INTERVAL_S
+
+
+class Pauses:
+    """
+    When this process did not run: a daemon thread that ticks every `tick_s`
+    seconds and records each gap between two ticks longer than `least_s` beyond
+    the tick (the machine asleep, the process stopped with SIGSTOP or starved).
+
+    Modal's client heartbeats the run's ephemeral app from this process every
+    ``heartbeat_interval`` seconds (15 by default, ``modal/config.py``;
+    ``_run_app``'s heartbeat loop, ``modal/runner.py``), and Modal stops an
+    ephemeral app whose client is no longer connected ("Ephemeral Apps are stopped
+    automatically when the calling program exits, or when the server detects that
+    the client is no longer connected", Modal's docs, guide "Apps"): while this
+    process does not run, no heartbeat leaves it. What the gaps show is said with the
+    line that names an app that ended (the executor's ``app_ended``).
+
+    The clock is ``CLOCK_BOOTTIME`` where the system has it (Linux: it counts a
+    suspended machine's sleep, which ``time.monotonic`` does not, and is not moved
+    by clock adjustments), else ``time.monotonic``.
+
+    Parameters
+    ----------
+    least_s : float
+        Gaps shorter than this (seconds beyond one tick) are not recorded: the
+        client's heartbeat interval (one heartbeat missed at least).
+    tick_s : float
+        Seconds between ticks.
+    """
+
+    def __init__(self, least_s: float, tick_s: float = 1.0):
+        self.least_s = float(least_s)
+        self.tick_s = float(tick_s)
+        #: (when it ended on :meth:`clock`, its length in seconds) per gap
+        self.gaps: list[tuple[float, float]] = []
+        self._last = self.clock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="modal-pauses", daemon=True
+        )
+        self._thread.start()
+
+    @staticmethod
+    def clock() -> float:
+        """Seconds on the clock the gaps are measured with (see the class)."""
+        boottime = getattr(time, "CLOCK_BOOTTIME", None)
+        if boottime is not None:
+            return time.clock_gettime(boottime)
+        return time.monotonic()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            now = self.clock()
+            gap = now - self._last - self.tick_s
+            if gap >= self.least_s:
+                self.gaps.append((now, gap))
+            self._last = now
+
+    def longest(self, since: float | None = None) -> float:
+        """
+        The longest gap (seconds) that ended after `since` (on :meth:`clock`; None:
+        any), 0 if none; the gap up to now counts too (a thread that asks right
+        after the process resumed may run before this one's next tick).
+        """
+        now = self.clock()
+        gaps = [*self.gaps, (now, now - self._last - self.tick_s)]
+        return max(
+            (
+                g
+                for at, g in gaps
+                if g >= self.least_s and (since is None or at > since)
+            ),
+            default=0.0,
+        )
+
+    def stop(self) -> None:
+        """End the thread (at the run's end)."""
+        self._stop.set()
+
+
 class ContainerCall:
     """
     A job running in a Modal container.
@@ -424,6 +532,9 @@ class ContainerCall:
         self.warn = warn
         self.grace_s = grace_s
         self.started = time.monotonic()
+        #: When it was spawned, on `Pauses.clock` (a pause of this process since
+        #: then may have ended its app).
+        self.spawned_at = Pauses.clock()
         self.ended: float | None = None
         #: Whether ``cancel`` reached Modal.
         self.cancelled = False
@@ -450,6 +561,12 @@ class ContainerCall:
           ``OutputExpiredError`` (the call ended, its result is gone): failures;
         - the bare builtin ``TimeoutError()`` that ``_FunctionCall.poll_function``
           raises when no output is there yet (``modal/_functions.py``): running;
+        - ``RemoteError`` itself (not a subclass), not raised in the container, after
+          no cancel of this run:
+          Modal ended the call (what the client raises for an input that ended
+          ``GENERIC_STATUS_TERMINATED`` without data, ``_process_result`` in
+          ``modal/_utils/function_utils.py``: a stopped app's calls end so); a
+          failure marked ``ended_by_modal``, not cancelled again;
         - a client-side transport error or a rate limit (:func:`unreadable_errors`):
           running, reported, for at most ``grace_s`` seconds in a row, then a
           failure, and the call is cancelled;
@@ -495,6 +612,13 @@ class ContainerCall:
                 False,
                 "Modal no longer holds the call's result (OutputExpiredError); its "
                 "committed files are on the volume and are reused by a retry",
+            )
+        elif type(e) is modal.exception.RemoteError and not self.cancelled:
+            outcome = Outcome(
+                False,
+                "Modal ended the call without a cancel from this run "
+                f"({type(e).__name__}: {_first_line(e)})",
+                ended_by_modal=True,
             )
         elif type(e) is TimeoutError and not e.args:  # poll_function: no output yet
             self._unreachable_since = None
