@@ -9,7 +9,7 @@ from __future__ import annotations
 from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
 
 from .helpers import run_snakemake
-from .test_failures import COPY, SHARD, SLOW, calls, counts
+from .test_failures import COPY, SHARD, SLOW, calls, cancels, counts
 
 HANG = """
 rule all:
@@ -29,16 +29,20 @@ def spent(text: str) -> float:
     return float(line[-1].split(", ")[-1].split()[0])
 
 
-def test_a_hanging_shard_is_cancelled_when_the_budget_is_reached(fake_modal, tmp_path):
+def test_a_hanging_shard_is_cancelled_when_the_budget_is_reached(
+    modal_server, tmp_path
+):
     """
     Two shards that hang, a budget of 30 s of one T4 (30 x 0.000164 = 0.00492 USD):
     the first starts with its 30 s timeout (its worst case fits exactly, with no
     start-up allowance), the second waits (nothing left beside the first's worst
-    case); the first's container takes 5 s to start (billed, before its timeout
-    counts), so the spending reaches the budget before Modal's timeout: every call is
-    cancelled with one line, the waiting job refused. Neither the ledger nor what the
-    fake Modal billed passes the budget.
+    case); the first's container takes 5 s to start (the server's
+    ``start_delay_s``: billed, before its timeout counts), so the spending reaches
+    the budget before Modal's timeout: every call is cancelled with one line, the
+    waiting job refused. Neither the ledger nor what the server billed passes the
+    budget.
     """
+    modal_server.faults.start_delay_s = 5.0
     budget = 30 * PRICES_USD_PER_S["T4"]
     result = run_snakemake(
         tmp_path,
@@ -51,20 +55,21 @@ def test_a_hanging_shard_is_cancelled_when_the_budget_is_reached(fake_modal, tmp
         "0",
         "--modal-max-cost-usd",
         f"{budget:.5f}",
-        env={"FAKE_MODAL_START_DELAY_S": "5"},
         timeout=120,
     )
     text = result.stdout + result.stderr
     assert result.returncode != 0
-    assert len(calls(fake_modal)) == 1, text[-3000:]  # the second never started
+    assert len(calls(modal_server)) == 1, text[-3000:]  # the second never started
     assert "waits: --modal-max-cost-usd 0.00492" in text
     assert "the budget is reached: every call is cancelled" in text
-    assert calls(fake_modal)[0]["call_id"] in fake_modal.fake_cancels()
+    assert calls(modal_server)[0]["call_id"] in cancels(modal_server)
     assert spent(text) <= budget
-    bill = fake_modal.fake_bill()
-    assert len(bill) == 1
-    assert (bill[0]["end"] - bill[0]["start"]) * PRICES_USD_PER_S["T4"] <= budget
-    assert fake_modal.fake_running() == []
+    (bill,) = modal_server.state.bill()
+    assert bill["end"] is not None
+    assert (bill["end"] - bill["start"]) * PRICES_USD_PER_S["T4"] <= budget
+    (container,) = modal_server.state.containers.values()
+    assert container.asked_at - container.started_at >= 5.0  # the delay, billed
+    assert modal_server.state.running_containers() == []
 
 
 def test_the_first_wave_holds_each_calls_worst_case(modal_server, tmp_path):
@@ -107,84 +112,102 @@ rule image:
     assert spent(text) <= budget
 
 
-def test_a_container_started_before_an_upload_reloads_the_volume(fake_modal, tmp_path):
+def test_a_container_started_before_an_upload_reloads_the_volume(
+    modal_server, tmp_path
+):
     """
-    The fake starts each container ahead of its input: its view of the volume is the
-    one committed before the client's upload, as on Modal when an input goes to a
-    container started earlier. Without ``Volume.reload()`` the container does not
-    see a file uploaded after it started; the plugin's containers reload first, so a
-    job's input uploaded after the app started is there.
+    The server starts each function's container ahead of its input (``Faults.
+    containers_ahead``): its view of the volume is the one committed before the
+    client's upload, as on Modal when an input goes to a container started
+    earlier. Without ``Volume.reload()`` the container does not see a file uploaded
+    after it started; the plugin's containers reload first, so a job's input
+    uploaded after the app started is there.
     """
-    from modal import _probe as probe
+    import modal
 
-    app = fake_modal.App("probe")
-    volume = fake_modal.Volume.from_name("probe", create_if_missing=True)
-    function = app.function(volumes={"/mnt": volume})(probe.sees)
+    modal_server.faults.containers_ahead = True
+    mount = str(modal_server.mount.parent / "probe")
+
+    def sees(path, reload):
+        import os
+
+        import modal
+
+        if reload:
+            modal.Volume.from_name("probe").reload()
+        return os.path.exists(path)
+
+    app = modal.App("probe")
+    volume = modal.Volume.from_name("probe", create_if_missing=True)
+    function = app.function(
+        volumes={mount: volume}, serialized=True, single_use_containers=True
+    )(sees)
     with app.run():
         (tmp_path / "in.txt").write_text("uploaded after the start\n")
         with volume.batch_upload() as batch:
             batch.put_file(str(tmp_path / "in.txt"), "/in.txt")
-        assert function.spawn("/mnt/in.txt", False).get(timeout=60) is False
-        assert function.spawn("/mnt/in.txt", True).get(timeout=60) is True
+        assert function.spawn(f"{mount}/in.txt", False).get(timeout=60) is False
+        assert function.spawn(f"{mount}/in.txt", True).get(timeout=60) is True
     (tmp_path / "wf").mkdir()
     (tmp_path / "wf" / "in.txt").write_text("input\n")
     result = run_snakemake(tmp_path / "wf", COPY)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "wf" / "out.txt").read_text() == "input\n"
+    # the job's input went to a container started before its upload
+    state = modal_server.state
+    (job,) = [c for c in calls(modal_server) if c["function"] == "run_job"]
+    container = state.containers[job["task_ids"][0]]
+    upload = [c for c in state.calls_of("VolumePutFiles") if c.status == "OK"][-1]
+    assert container.started_at < upload.at
 
 
-def test_client_errors_of_get_leave_no_container_running(fake_modal, tmp_path):
+def test_client_errors_of_get_leave_no_container_running(modal_server, tmp_path):
     """
-    A token revoked during the run (``AuthError`` from ``get``): the call is
-    cancelled before its job fails, not left billing beside the retry. A rate limit
-    (``ResourceExhaustedError``) is taken as "status not readable": the call goes
-    on and finishes.
+    A token revoked during the run (``FunctionGetOutputs`` answers
+    ``UNAUTHENTICATED``, which the client raises at once as ``AuthError``): the
+    call is cancelled before its job fails, not left billing beside the retry. A
+    rate limit (``RESOURCE_EXHAUSTED``, ``ResourceExhaustedError``, not retried by
+    the client either) is taken as "status not readable": the call goes on and
+    finishes.
     """
-    result = run_snakemake(
-        tmp_path,
-        SLOW,
-        "--config",
-        "sleep=300",
-        env={"FAKE_MODAL_GET_RAISES": "AuthError"},
-        timeout=120,
+    faults = modal_server.faults
+    faults.fail_rpc(
+        "FunctionGetOutputs", "UNAUTHENTICATED", times=None, message="token revoked"
     )
+    result = run_snakemake(tmp_path, SLOW, "--config", "sleep=300", timeout=120)
     text = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "the Modal call failed: AuthError" in text
-    call_id = calls(fake_modal)[0]["call_id"]
-    assert fake_modal.fake_cancels() == [call_id]
-    assert fake_modal.fake_running() == []
+    assert "the Modal call failed: AuthError: token revoked" in text
+    call_id = calls(modal_server)[0]["call_id"]
+    assert cancels(modal_server) == [call_id]
+    assert modal_server.state.running_containers() == []
 
+    faults.rpc.clear()
+    faults.fail_rpc(
+        "FunctionGetOutputs", "RESOURCE_EXHAUSTED", times=2, message="slow down"
+    )
     work = tmp_path / "limited"
-    result = run_snakemake(
-        work,
-        SLOW,
-        "--config",
-        "sleep=0",
-        env={"FAKE_MODAL_GET_RAISES": "ResourceExhaustedError:2"},
-        timeout=120,
-    )
+    result = run_snakemake(work, SLOW, "--config", "sleep=0", timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (
-        "status not readable (ResourceExhaustedError" in result.stdout + result.stderr
-    )
+    text = result.stdout + result.stderr
+    assert "status not readable (ResourceExhaustedError: slow down)" in text
     assert (work / "out.txt").read_text() == "done\n"
 
 
-def test_a_cancel_that_fails_is_tried_again(fake_modal, tmp_path):
-    """The first two cancels of the revoked-token call are lost: the third, a
-    second later, stops it."""
-    result = run_snakemake(
-        tmp_path,
-        SLOW,
-        "--config",
-        "sleep=300",
-        env={"FAKE_MODAL_GET_RAISES": "AuthError", "FAKE_MODAL_CANCEL_ERRORS": "2"},
-        timeout=120,
-    )
+def test_a_cancel_that_fails_is_tried_again(modal_server, tmp_path):
+    """The first two cancels of the revoked-token call are lost (each past the
+    client's own 3 retries of ``UNAVAILABLE``: 8 failed ``FunctionCallCancel``):
+    the third, a few seconds later, stops it."""
+    faults = modal_server.faults
+    faults.fail_rpc("FunctionGetOutputs", "UNAUTHENTICATED", times=None)
+    lost = faults.fail_rpc("FunctionCallCancel", times=8)
+    result = run_snakemake(tmp_path, SLOW, "--config", "sleep=300", timeout=120)
     assert result.returncode != 0
-    assert fake_modal.fake_cancels() == [calls(fake_modal)[0]["call_id"]]
-    assert fake_modal.fake_running() == []
+    assert cancels(modal_server) == [calls(modal_server)[0]["call_id"]]
+    assert lost.failed == 8
+    statuses = [c.status for c in modal_server.state.calls_of("FunctionCallCancel")]
+    assert statuses == ["UNAVAILABLE"] * 8 + ["OK"]
+    assert modal_server.state.running_containers() == []
 
 
 THREE = SHARD.replace("i=range(2)", "i=range(3)")
