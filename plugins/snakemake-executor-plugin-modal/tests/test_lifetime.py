@@ -217,6 +217,9 @@ def test_a_client_that_stops_heartbeating_is_named_and_its_calls_end(
     assert app.stop_reason == "heartbeat timeout"
     named = [x for x in out.splitlines() if "heartbeat" in x and app_id in x]
     assert len(named) == 1, out[-4000:]
+    assert "Modal ended the call without a cancel from this run" in named[0]
+    paused_s = float(named[0].split("did not run for ")[1].split()[0])
+    assert LIMIT_S <= paused_s < 60, named[0]  # the SIGSTOP, measured by the plugin
     assert "still taken as running" not in out
     assert ended_s < 30, out[-3000:]  # the next status checks, not a 600 s grace
     assert "1 output(s) its container finished are brought home" in out
