@@ -53,8 +53,14 @@ The server's watch (:meth:`ContainerRpcs.watch`, every 50 ms):
   :data:`APP_HEARTBEAT_TIMEOUT_S` (four missed heartbeats) is this server's default,
   set per server (``LocalModal(app_heartbeat_timeout_s=...)``).
 
+Faults (:mod:`.faults`): a preempted container is interrupted (``SIGINT``), killed
+after its grace period, and its input restarted in a new container once it is gone
+(:class:`~.faults.Preemption`); ``start_delay_s`` runs Modal's entrypoint that long
+after the container's (billed) start; ``containers_ahead`` starts each function's
+container at the app's start, ahead of its input (:meth:`ContainerRpcs._start_ahead`).
+
 Killing a container ends its whole process group (``SIGKILL``), as a worker ending a
-container ends everything in it. Every container is billed from its start
+container ends everything in it; so does the end of its entrypoint's process. Every container is billed from its start
 (:meth:`~.state.ContainerRecord.billed_s`, :meth:`~.state.ServerState.bill`); a call
 of a GPU function may first wait the server's GPU queueing delay, unbilled. The
 watch also commits running containers' views in the background when the server
