@@ -60,9 +60,10 @@ after the container's (billed) start; ``containers_ahead`` starts each function'
 container at the app's start, ahead of its input (:meth:`ContainerRpcs._start_ahead`).
 
 Killing a container ends its whole process group (``SIGKILL``), as a worker ending a
-container ends everything in it; so does the end of its entrypoint's process. Every container is billed from its start
-(:meth:`~.state.ContainerRecord.billed_s`, :meth:`~.state.ServerState.bill`); a call
-of a GPU function may first wait the server's GPU queueing delay, unbilled. The
+container ends everything in it; so does the end of its entrypoint's process.
+Every container is billed from its start (:meth:`~.state.ContainerRecord.billed_s`,
+:meth:`~.state.ServerState.bill`); a call of a GPU function may first wait the
+server's GPU queueing delay, unbilled. The
 watch also commits running containers' views in the background when the server
 says so (:mod:`.views`).
 """
