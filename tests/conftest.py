@@ -1,16 +1,20 @@
 """
-Shared fixtures: the reduced demo, run once per test session by the real workflow;
-and the test tiers (`pytest_collection_modifyitems`: ``-m "not slow"``, the fast one).
+Shared fixtures: the reduced demo, run once per test session by the real workflow; a
+local Modal server (the Modal plugin's tests' own, `local_modal`); and the test tiers
+(`pytest_collection_modifyitems`: ``-m "not slow"``, the fast one).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -100,6 +104,108 @@ def python_path(*folders: Path) -> str:
 WITHOUT_MODAL = {"PYTHONPATH": python_path(REPO / "tests" / "data" / "without_modal")}
 
 
+#: The Modal executor plugin's folder: its ``tests`` package holds the local Modal
+#: server (``tests/modal_server``, its README.md) and ``tests/helpers.py``.
+MODAL_PLUGIN = REPO / "plugins" / "snakemake-executor-plugin-modal"
+
+
+def modal_tests(name: str):
+    """
+    A module of the Modal plugin's ``tests`` package (``"modal_server"``,
+    ``"helpers"``), imported as pytest imports the plugin's tests: its folder first
+    on ``sys.path``, the package named ``tests`` (this folder has no
+    ``__init__.py``: it is no package of that name).
+
+    Parameters
+    ----------
+    name : str
+        The module's name in the package.
+
+    Returns
+    -------
+    module
+        ``tests.<name>``.
+    """
+    if str(MODAL_PLUGIN) not in sys.path:
+        sys.path.insert(0, str(MODAL_PLUGIN))
+    return importlib.import_module(f"tests.{name}")
+
+
+@contextmanager
+def local_modal(root: Path, **kwargs) -> Iterator:
+    """
+    A local Modal server (the plugin's tests' ``modal_server.serve``) running in this
+    process, and this process's environment pointed at it for the block's duration,
+    so that every process a test starts (Snakemake, the CLI, the ``modal`` CLI, and
+    the server's containers, which inherit this process's environment) runs the
+    installed ``modal`` client against it: ``client_env`` (its ``MODAL_SERVER_URL``
+    and credentials, no other ``MODAL_*`` setting, heartbeats every second), the
+    plugin's volume mount path below `root` (``SNAKEMAKE_MODAL_TEST_MOUNT``, read by
+    the plugin at import: the server mounts volumes below its own or the temporary
+    folder only), and this Python first on ``PATH`` (a container's jobs start
+    ``python``, as an image has its own). The same settings as the plugin's
+    ``modal_server`` fixture, for a module's fixture too.
+
+    Parameters
+    ----------
+    root : Path
+        A folder for the server (``modal-server/``: volumes, containers) and the
+        mount path (``mnt/``).
+    **kwargs
+        For ``serve``: ``token_secret``, ``gpu_queue_delay_s``...
+
+    Yields
+    ------
+    LocalModal
+        The running server: ``state`` (apps, volumes, function calls, containers,
+        every RPC received), ``env`` (dict, the environment set here) and ``mount``
+        (Path).
+    """
+    serve = modal_tests("modal_server").serve
+    mount = root / "mnt" / "snakemake-volume"
+    with (
+        serve(root / "modal-server", container_heartbeat_s=1.0, **kwargs) as server,
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        env = server.client_env(heartbeat_interval_s=1.0)
+        env["SNAKEMAKE_MODAL_TEST_MOUNT"] = str(mount)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+        for k in set(os.environ) - set(env):
+            patch.delenv(k)
+        for k, v in env.items():
+            patch.setenv(k, v)
+        server.env, server.mount = env, mount
+        yield server
+
+
+def modal_cli(*args: str) -> str:
+    """
+    Run Modal's own command line (``python -m modal``, the installed client's) in
+    this process's environment, as a user would (e.g. ``modal_cli("volume",
+    "create", "vol")``); returns its standard output.
+
+    Raises
+    ------
+    AssertionError
+        If it exits with a non-zero status (its output in the message).
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "modal", *args], capture_output=True, text=True
+    )
+    assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+    return done.stdout
+
+
+@pytest.fixture
+def modal_server(tmp_path):
+    """
+    A local Modal server for the test, this process's environment pointed at it
+    (`local_modal`).
+    """
+    with local_modal(tmp_path) as server:
+        yield server
+
+
 def tiny_lock_dir(workdir: Path) -> Path:
     """
     The slot-lock folder of the reduced demo run in `workdir` (`tiny_run`): its own
@@ -148,15 +254,14 @@ def tiny_copy(tiny_run, tmp_path) -> Path:
     return copy
 
 
-#: Fixtures whose setup runs the workflow, a cluster, a fake backend or the local
-#: Modal server (whose containers are processes).
+#: Fixtures whose setup runs the workflow, a cluster or the local Modal server (whose
+#: containers are processes; ``modal_server`` is this file's and the plugin's).
 SLOW_FIXTURES = {
     "tiny_run",
     "tiny_copy",
     "slurm_cluster",
     "slurm_run",
     "modal_run",
-    "fake_modal",
     "modal_server",
 }
 #: What a test's own code calls to start a process.
@@ -250,11 +355,11 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     """
     Mark ``slow`` every collected test that starts processes: it uses a fixture that
-    runs the workflow, the SLURM cluster or the fake Modal (`SLOW_FIXTURES`), or its
-    own code starts one (`STARTS_A_PROCESS`: Snakemake, the CLI, a worker). Pytest
-    hands this hook every test of the session, the Modal plugin's included, so that
-    ``python -m pytest -m "not slow"`` is the fast tier (README.md) and a new test
-    lands in its tier without a marker written by hand.
+    runs the workflow, the SLURM cluster or the local Modal server
+    (`SLOW_FIXTURES`), or its own code starts one (`STARTS_A_PROCESS`: Snakemake,
+    the CLI, a worker). Pytest hands this hook every test of the session, the Modal
+    plugin's included, so that ``python -m pytest -m "not slow"`` is the fast tier
+    (README.md) and a new test lands in its tier without a marker written by hand.
     """
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or _starts_a_process(

@@ -6,7 +6,7 @@ import hashlib
 import subprocess
 import sys
 
-from conftest import REPO, TINY_CONFIG, python_path
+from conftest import REPO, TINY_CONFIG, modal_cli
 
 
 def cli(workdir, *args):
@@ -99,16 +99,12 @@ def test_unknown_configuration_is_named(tiny_copy):
     )
 
 
-FAKE_MODAL = REPO / "plugins/snakemake-executor-plugin-modal/tests/fake_modal"
-
-
-def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path):
-    """On the fake Modal backend: the volume is a folder of committed files."""
-    import os
+def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path, modal_server):
+    """On the local Modal server: a volume whose files a user put there with Modal's
+    own command line, read and cleared through the installed client."""
     import shutil
 
-    fake = tmp_path / "fake-modal"
-    mirror = fake / "volumes" / "vol" / "myrun"  # --modal-volume-prefix myrun
+    mirror = tmp_path / "upload"  # what goes to --modal-volume-prefix myrun
     for f in ["onoff/complex/img0000.pt", "onoff/complex/img0001.pt"]:
         dest = mirror / "runs" / "per_image" / f
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -117,19 +113,15 @@ def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path):
     marker = mirror / ".snakemake/modal/done/runs/per_image/onoff/complex"
     marker.mkdir(parents=True)
     (marker / "img0000.pt@0123abcd").write_text("0123abcd")
-    env = {
-        **os.environ,
-        "PYTHONPATH": python_path(FAKE_MODAL),
-        "FAKE_MODAL_DIR": str(fake),
-    }
+    modal_cli("volume", "create", "vol")
+    modal_cli("volume", "put", "vol", str(mirror), "/myrun")
+    committed = modal_server.state.volume("vol").folder / "myrun"
     opts = ["--modal-volume", "vol", "--modal-volume-prefix", "myrun"]
 
     def run(*args):
         cmd = [sys.executable, "-m", "multigeom_workflow.cli", *args, *opts]
         cmd += ["--configfile", str(TINY_CONFIG), "--workflow-dir", str(REPO)]
-        return subprocess.run(
-            cmd, cwd=tiny_copy, capture_output=True, text=True, env=env
-        )
+        return subprocess.run(cmd, cwd=tiny_copy, capture_output=True, text=True)
 
     result = run("progress")
     assert result.returncode == 3, result.stderr
@@ -140,11 +132,13 @@ def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path):
 
     listed = run("clear", "--configs", "onoff/complex", "--n-images", "1", "--list")
     assert "vol:myrun/runs/per_image/onoff/complex/img0000.pt" in listed.stdout
-    assert (mirror / "runs/per_image/onoff/complex/img0000.pt").exists()
+    assert (committed / "runs/per_image/onoff/complex/img0000.pt").exists()
 
     cleared = run("clear", "--configs", "onoff/complex", "--n-images", "1")
     assert cleared.returncode == 0, cleared.stderr
-    assert not (mirror / "runs/per_image/onoff/complex/img0000.pt").exists()
-    assert (mirror / "runs/per_image/onoff/complex/img0001.pt").exists()
-    assert not (marker / "img0000.pt@0123abcd").exists()  # never reused again
+    assert not (committed / "runs/per_image/onoff/complex/img0000.pt").exists()
+    assert (committed / "runs/per_image/onoff/complex/img0001.pt").exists()
+    # never reused again: the job's marker is gone too
+    done = committed / ".snakemake/modal/done/runs/per_image/onoff/complex"
+    assert not (done / "img0000.pt@0123abcd").exists()
     assert "deleted 1 per-image file(s) on Modal volume 'vol'" in cleared.stderr
