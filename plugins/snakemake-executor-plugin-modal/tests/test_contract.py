@@ -82,6 +82,7 @@ ATTRIBUTES = [
     "exception.ServiceError",
     "exception.AuthError",
     "exception.ResourceExhaustedError",
+    "exception.RemoteError",
     "exception.InvalidError",
     "exception.ImageBuildError",
     "exception.ModuleNotMountable",
