@@ -12,6 +12,7 @@ try:
     from multigeom_workflow.settings.files import timestep_grid
     from multigeom_workflow.settings.identity import canonical
     from multigeom_workflow.settings.layout import WILDCARD_CONSTRAINTS
+    from multigeom_workflow.settings.seeds import configuration_diffusion
 except ImportError as err:
     raise WorkflowError(
         f"the workflow's packages are not installed ({err}): run `pip install -e . "
@@ -41,6 +42,19 @@ DEMO_CONFIGS = [c for c in SCENARIO.configurations if c.is_demo]
 # a param goes through `canonical`.
 ESTIMATOR_PARAMS = canonical(SCENARIO.estimator)
 DIFFUSION_PARAMS = canonical(SCENARIO.diffusion)
+
+
+def demo_diffusion_params(encoder, area):
+    """
+    The diffusion settings (canonical) a demo configuration's model is trained with:
+    its train.seed from config key demo.diffusion_seeds
+    (multigeom_workflow.settings.seeds.configuration_diffusion).
+    """
+    return canonical(
+        configuration_diffusion(
+            SCENARIO.diffusion, encoder, area, DEMO["diffusion_seeds"]
+        )
+    )
 
 
 wildcard_constraints:

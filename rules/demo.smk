@@ -103,7 +103,8 @@ rule train_demo_diffusion:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
     params:
-        diffusion=DIFFUSION_PARAMS,
+        # train.seed per configuration with demo.diffusion_seeds: per_configuration
+        diffusion=lambda w: demo_diffusion_params(w.encoder, w.area),
     log:
         "logs/train_demo_diffusion/{encoder}/{area}.log",
     benchmark:
@@ -115,17 +116,16 @@ rule train_demo_diffusion:
 
 rule check_conditioning:
     # How much each diffusion model's prediction depends on the responses, at the
-    # estimator's timesteps, on held-out crops (demo.conditioning_sensitivity).
+    # estimator's timesteps, on held-out crops (demo.conditioning_sensitivity): every
+    # demo configuration's in one job (each takes a few seconds, the process's start
+    # and imports as many).
     localrule: True
     input:
         crops=rules.cut_training_crops.output[0],
-        encoder=rules.fit_demo_encoder.output.encoder,
-        diffusion=rules.train_demo_diffusion.output[0],
+        encoders=[c.encoder_ckpt for c in DEMO_CONFIGS],
+        diffusions=[c.diffusion_ckpt for c in DEMO_CONFIGS],
     output:
-        LAYOUT.conditioning_report("{encoder}", "{area}"),
-    wildcard_constraints:
-        encoder="|".join(DEMO_ENCODERS),
-        area="|".join(DEMO_AREAS),
+        [LAYOUT.conditioning_report(c.encoder, c.area) for c in DEMO_CONFIGS],
     params:
         # what it reads of the estimator, and nothing else (a change of n_samples
         # changes no result here)
@@ -133,32 +133,35 @@ rule check_conditioning:
         sigma=canonical(SCENARIO.estimator["monte_carlo"]["observation_noise_sigma"]),
         diffusion=DIFFUSION_PARAMS,
         n_images=16,
+        # the (encoder, area) of each output, in their order
+        configurations=[[c.encoder, c.area] for c in DEMO_CONFIGS],
     log:
-        "logs/check_conditioning/{encoder}/{area}.log",
+        "logs/check_conditioning/run.log",
     benchmark:
-        "logs/benchmarks/check_conditioning/{encoder}/{area}.tsv"
+        "logs/benchmarks/check_conditioning/run.tsv"
     threads: 1
     script:
         "../scripts/check_conditioning.py"
 
 
 rule area_fisher:
-    # The ground truth: the Fisher information of a demo area's GaborTeacher at one
-    # test image (a per-image target, like the estimates).
+    # The ground truth: the Fisher information of a demo area's GaborTeacher at each of
+    # the first n_images test images (a file per image, like the estimates), in one job
+    # per area: each image takes a fraction of a second, the process's start seconds.
     localrule: True
     input:
         area=rules.simulate_area.output[0],
-        image=lambda w: SCENARIO.test_image_files[int(w.index)],
+        images=SCENARIO.test_image_files[: SCENARIO.n_images],
     output:
-        LAYOUT.truth_pattern,
+        [LAYOUT.truth_file("{area}", i) for i in range(SCENARIO.n_images)],
     wildcard_constraints:
         area="|".join(DEMO_AREAS),
     params:
         top_k=SCENARIO.top_k,
     log:
-        "logs/area_fisher/{area}/img{index}.log",
+        "logs/area_fisher/{area}.log",
     benchmark:
-        "logs/benchmarks/area_fisher/{area}/img{index}.tsv"
+        "logs/benchmarks/area_fisher/{area}.tsv"
     threads: 1
     script:
         "../scripts/area_fisher.py"

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, TINY_CONFIG, planned_jobs, python_path, run_snakemake
+from conftest import (
+    CONFIGURATIONS,
+    REPO,
+    TINY_CONFIG,
+    planned_jobs,
+    python_path,
+    run_snakemake,
+)
 
 PER_IMAGE_RULES = ("estimate_image", "estimate_image_ceiling")
 
@@ -380,6 +387,43 @@ def test_another_image_source_is_counted(tiny_copy, tmp_path):
     result = dry(tiny_copy, configfile=configfile)
     # Snakemake's "input" trigger: every per-image job has another image file
     assert header_left(result) == 12
+
+
+def test_diffusion_models_of_their_own_seeds_are_trained_again(tiny_copy, tmp_path):
+    """
+    demo.diffusion_seeds: per_configuration gives each configuration's diffusion model
+    its own train.seed (a param of train_demo_diffusion): the 4 models are trained
+    again and every per-image job (8 + 4) recomputed; the default written out
+    (shared) changes nothing.
+    """
+    import yaml
+
+    from multigeom_workflow.settings.seeds import configuration_diffusion
+
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    for mode, models, left in (("shared", 0, 0), ("per_configuration", 4, 12)):
+        config["demo"]["diffusion_seeds"] = mode
+        configfile = tmp_path / f"{mode}.yaml"
+        configfile.write_text(yaml.safe_dump(config))
+        result = dry(tiny_copy, configfile=configfile)
+        assert planned_jobs(result).get("train_demo_diffusion", 0) == models, mode
+        assert header_left(result) == left, mode
+    diffusion = yaml.safe_load((REPO / "tests/data/diffusion_tiny.yaml").read_text())
+    seeds = {
+        configuration_diffusion(diffusion, e, a, "per_configuration")["train"]["seed"]
+        for e, a in CONFIGURATIONS
+    }
+    assert len(seeds) == 4 and diffusion["train"]["seed"] not in seeds
+    # by hand: train.seed + 2**16 * (1 + H), H = SHA-256("seed/encoder/area") % 65535
+    import hashlib
+
+    seed = int(diffusion["train"]["seed"])
+    h = int(hashlib.sha256(f"{seed}/onoff/complex".encode()).hexdigest(), 16) % 65535
+    ours = configuration_diffusion(diffusion, "onoff", "complex", "per_configuration")
+    assert ours["train"]["seed"] == seed + 65536 * (1 + h)
+    assert {k: v for k, v in ours["train"].items() if k != "seed"} == {
+        k: v for k, v in diffusion["train"].items() if k != "seed"
+    }
 
 
 def normalized(output: str) -> list[str]:

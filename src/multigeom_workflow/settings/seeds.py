@@ -34,6 +34,7 @@ __all__ = [
     "CPU_SEED_BITS",
     "SEED_MODES",
     "ceiling_estimator",
+    "configuration_diffusion",
     "configuration_estimator",
     "configuration_seed",
     "overlapping_seeds",
@@ -63,7 +64,9 @@ def ceiling_estimator(estimator: dict) -> dict:
     return {**estimator, "seed": int(estimator["seed"]) + CEILING_SEED_OFFSET}
 
 
-def configuration_seed(seed: int, encoder: str, area: str, mode: str) -> int:
+def configuration_seed(
+    seed: int, encoder: str, area: str, mode: str, key: str = "monte_carlo_seeds"
+) -> int:
     """
     The seed of a configuration's draws: its image i is seeded with this + i.
 
@@ -74,7 +77,9 @@ def configuration_seed(seed: int, encoder: str, area: str, mode: str) -> int:
     encoder, area : str
         The configuration.
     mode : {"shared", "per_configuration"}
-        Config key ``monte_carlo_seeds``.
+        Config key `key`.
+    key : str
+        The config key `mode` comes from, named in the error.
 
     Returns
     -------
@@ -93,12 +98,34 @@ def configuration_seed(seed: int, encoder: str, area: str, mode: str) -> int:
     if mode == "shared":
         return int(seed)
     if mode != "per_configuration":
-        raise ValueError(
-            f"monte_carlo_seeds {mode!r}; allowed: {', '.join(SEED_MODES)}"
-        )
+        raise ValueError(f"{key} {mode!r}; allowed: {', '.join(SEED_MODES)}")
     digest = hashlib.sha256(f"{int(seed)}/{encoder}/{area}".encode()).digest()
     h = int.from_bytes(digest, "big") % CONFIGURATION_SEED_SLOTS
     return int(seed) + CONFIGURATION_SEED_STRIDE * (1 + h)
+
+
+def configuration_diffusion(
+    diffusion: dict, encoder: str, area: str, mode: str
+) -> dict:
+    """
+    The diffusion settings a demo configuration's model is trained with: its
+    ``train.seed`` from `configuration_seed` (config key ``demo.diffusion_seeds``).
+
+    ``shared`` (the default) trains every configuration's model from the same seed:
+    the same initial weights, batches and noise draws, only the responses differ;
+    ``per_configuration`` gives each its own, as models trained apart would have, so
+    that what G(x) shares across configurations is not their shared training.
+
+    Raises
+    ------
+    ValueError
+        For another mode.
+    """
+    train = diffusion["train"]
+    seed = configuration_seed(
+        int(train["seed"]), encoder, area, mode, key="demo.diffusion_seeds"
+    )
+    return {**diffusion, "train": {**train, "seed": seed}}
 
 
 def configuration_estimator(
