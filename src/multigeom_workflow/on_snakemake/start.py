@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from .. import snakemake_adapter as adapter
+from ..compute.allocator import keep_freed_memory
 from ..compute.gpus import allocation_lock_dir, slot_lock_problem
 from ..compute.request import RunSettings
 from ..compute.workers import clean_after_killed_runs
@@ -92,12 +93,16 @@ def _before_planning(scenario: Scenario, dryrun: bool) -> list[str]:
 def _export_run_settings(facts: Facts, config: dict, scenario: Scenario) -> None:
     """
     What every per-image job of this run shares, resolved once and handed to them in
-    the environment (they inherit it; `RunSettings.to_env`). In a SLURM allocation (a
-    shard, profiles/slurm) every per-image job is a Snakemake process of its own: they
-    keep the allocation's first Snakemake as their run, so that one warm worker serves
-    the whole shard, with slot locks of the allocation's own (SLURM numbers every
+    the environment (they inherit it; `RunSettings.to_env`), with the allocator's
+    settings (`compute.allocator.keep_freed_memory`). In a SLURM allocation (a shard,
+    profiles/slurm) every per-image job is a Snakemake process of its own: they keep
+    the allocation's first Snakemake as their run, so that one warm worker serves the
+    whole shard, with slot locks of the allocation's own (SLURM numbers every
     allocation's GPUs from 0, and allocations may share a node).
     """
+    # every job's malloc keeps what torch frees (compute/allocator.py: the demo's
+    # system time was page faults)
+    keep_freed_memory()
     slurm_job = os.environ.get("SLURM_JOB_ID", "")
     if slurm_job and os.environ.get("MULTIGEOM_SLURM_JOB_ID") == slurm_job:
         return  # a later Snakemake process of the same allocation
