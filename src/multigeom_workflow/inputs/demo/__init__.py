@@ -25,11 +25,13 @@ _MODULE_OF = {
     "simulate_area": "data",
     "conditioning_sensitivity": "diagnostics",
     "encoder_warnings": "diagnostics",
+    "write_conditioning_reports": "diagnostics",
     "build_demo_encoder": "training",
     "fit_demo_encoder": "training",
     "train_backbone": "training",
     "train_demo_diffusion": "training",
     "area_fisher": "truth",
+    "write_area_fisher": "truth",
 }
 
 __all__ = sorted(_MODULE_OF)

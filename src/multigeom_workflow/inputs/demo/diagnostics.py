@@ -1,7 +1,8 @@
 """
 The demo's checks that surface in the run's output: `encoder_warnings` (an encoder too
 poor to inform the estimator) and `conditioning_sensitivity` (does a diffusion model's
-prediction depend on the responses at all).
+prediction depend on the responses at all), and `write_conditioning_reports`, the
+latter's files for every demo configuration.
 """
 
 from __future__ import annotations
@@ -11,9 +12,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     import torch
 
-__all__ = ["conditioning_sensitivity", "encoder_warnings", "test_image_correlation"]
+__all__ = [
+    "conditioning_sensitivity",
+    "encoder_warnings",
+    "test_image_correlation",
+    "write_conditioning_reports",
+]
 
 
 def encoder_warnings(
@@ -175,3 +184,84 @@ def test_image_correlation(encoder, area: dict, images: torch.Tensor) -> float:
     with torch.no_grad():
         clean = load_teacher(area)(images)
     return float(np.mean(correlation_per_neuron(encoder.predict(images), clean)))
+
+
+def write_conditioning_reports(
+    configurations: Sequence[Sequence[str]],
+    encoder_files: Sequence[str | Path],
+    diffusion_files: Sequence[str | Path],
+    out_files: Sequence[str | Path],
+    images: torch.Tensor,
+    diffusion: dict,
+    timesteps: list[int],
+    sigma: float,
+) -> list[dict]:
+    """
+    The conditioning check of every demo configuration's diffusion model (rule
+    check_conditioning): `conditioning_sensitivity` of configuration i, its models
+    loaded from ``encoder_files[i]`` and ``diffusion_files[i]`` on the CPU, written as
+    JSON with its ``encoder`` and ``area`` to ``out_files[i]``, each file whole or not
+    at all.
+
+    One process for all of them: a check takes a few seconds, starting a process and
+    importing torch and upstream's models as many. Each check draws from a generator
+    of its own (`conditioning_sensitivity`'s seed, 0), so it is the same whichever
+    checks share the process.
+
+    Parameters
+    ----------
+    configurations : sequence of (str, str)
+        The (encoder, area) of each check.
+    encoder_files, diffusion_files : sequence of str or Path
+        Each configuration's encoder and diffusion checkpoints.
+    out_files : sequence of str or Path
+        Where each configuration's report goes.
+    images : torch.Tensor
+        Of shape (B, 1, 64, 64), pixels in [-1, 1]: the held-out crops.
+    diffusion : dict
+        The diffusion settings (the model's architecture and schedule).
+    timesteps : list of int
+        The estimator's timesteps.
+    sigma : float
+        The observation noise.
+
+    Returns
+    -------
+    list of dict
+        The reports, in the order of `configurations`.
+
+    Raises
+    ------
+    ValueError
+        When the four sequences differ in length.
+    """
+    import json
+
+    from ...atomic import atomic_path
+    from ...compute.estimate import load_models
+
+    lengths = {len(x) for x in (configurations, encoder_files, diffusion_files)}
+    if lengths != {len(out_files)}:
+        raise ValueError(
+            f"{len(configurations)} configurations, {len(encoder_files)} encoders, "
+            f"{len(diffusion_files)} diffusion models and {len(out_files)} reports"
+        )
+    results = []
+    for (encoder, area), encoder_file, diffusion_file, out in zip(
+        configurations, encoder_files, diffusion_files, out_files, strict=True
+    ):
+        models = load_models(encoder_file, diffusion_file, diffusion, "cpu")
+        result = conditioning_sensitivity(
+            models.encoder,
+            models.unet,
+            models.alphas_cumprod,
+            images,
+            timesteps,
+            sigma,
+        )
+        result |= {"encoder": encoder, "area": area}
+        with atomic_path(out) as tmp:
+            with open(tmp, "w") as f:
+                json.dump(result, f, indent=1)
+        results.append(result)
+    return results
