@@ -2,66 +2,19 @@
 The plugin's tests run its real code and the installed ``modal`` client against a
 local server of Modal's API (``modal_server/``: containers are local processes of
 Modal's own entrypoint, a volume a folder each container sees through its own view),
-through the ``modal_server`` fixture. The tests not moved yet run against the fake
-Modal backend in ``fake_modal/``: ``import modal`` gives the fake while a test uses
-the ``fake_modal`` fixture.
+through the ``modal_server`` fixture; faults are injected by the server
+(``modal_server/faults.py``), never by a stand-in for the client.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from .helpers import FAKE
 from .modal_server import serve
-
-
-def _import_fake():
-    saved = {
-        k: v for k, v in sys.modules.items() if k == "modal" or k.startswith("modal.")
-    }
-    for k in saved:
-        del sys.modules[k]
-    sys.path.insert(0, str(FAKE))
-    try:
-        fake = importlib.import_module("modal")
-        importlib.import_module("modal.exception")
-        importlib.import_module("modal.volume")
-        importlib.import_module("modal.config")
-    finally:
-        sys.path.remove(str(FAKE))
-    fakes = {
-        k: v for k, v in sys.modules.items() if k == "modal" or k.startswith("modal.")
-    }
-    return fake, saved, fakes
-
-
-@pytest.fixture
-def fake_modal(tmp_path, monkeypatch):
-    """
-    The fake ``modal`` package, rooted at a fresh ``FAKE_MODAL_DIR``; containers find
-    this interpreter's ``python`` first on PATH (as an image would have its own).
-    """
-    root = tmp_path / "fake-modal"
-    root.mkdir()
-    monkeypatch.setenv("FAKE_MODAL_DIR", str(root))
-    monkeypatch.setenv(
-        "PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    )
-    fake, saved, fakes = _import_fake()
-    try:
-        yield fake
-    finally:
-        # containers outlive the client that spawned them (as on Modal, until
-        # cancelled or their app stops): the test's are stopped here
-        fake.fake_kill_all()
-        for k in fakes:
-            sys.modules.pop(k, None)
-        sys.modules.update(saved)
 
 
 def reset_modal_client() -> None:

@@ -1,6 +1,6 @@
 """
 Helpers of the plugin's tests: a Snakemake run, what the local Modal server was asked
-to run; the fake Modal backend's location (for the tests not moved yet).
+to run.
 """
 
 from __future__ import annotations
@@ -10,9 +10,6 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
-
-#: The fake ``modal`` package (see fake_modal/modal/__init__.py for its conventions).
-FAKE = Path(__file__).resolve().parent / "fake_modal"
 
 
 def run_snakemake(
@@ -26,7 +23,7 @@ def run_snakemake(
     """
     Run ``snakemake --executor modal`` on `snakefile` (its text) in `workdir`, in a
     subprocess that imports the installed ``modal`` pointed at the local server (with
-    the ``modal_server`` fixture), or the fake one (with the ``fake_modal`` fixture).
+    the ``modal_server`` fixture).
     Returns the CompletedProcess (text), or a Popen started with the ``popen`` options;
     ``timeout`` (seconds) stops a run that would not end (raising
     ``subprocess.TimeoutExpired``).
@@ -38,10 +35,6 @@ def run_snakemake(
     # Snakemake asks for the jobs' states every 10 s by default: every 2 s here
     cmd += ["--seconds-between-status-checks", "2"]
     full_env = {**os.environ, **(env or {})}
-    if "MODAL_SERVER_URL" not in os.environ:  # the fake ``modal``
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            [str(FAKE), *filter(None, [os.environ.get("PYTHONPATH")])]
-        )
     if popen is not None:
         return subprocess.Popen([*cmd, *args], cwd=workdir, env=full_env, **popen)
     return subprocess.run(

@@ -4,9 +4,8 @@ What the plugin sends over the wire, read where it arrives: the plugin's own
 against the local Modal server (``tests/modal_server``), which records what
 ``FunctionCreate`` and ``FunctionBindParams`` carry (issue 37).
 
-The client runs in a subprocess (``modal.client`` keeps one client per process, and
-``conftest.py`` may swap the fake ``modal`` into this one); it prints what the test
-needs as JSON on its last line.
+The client runs in a subprocess (``modal.client`` keeps one client per process); it
+prints what the test needs as JSON on its last line.
 """
 
 from __future__ import annotations

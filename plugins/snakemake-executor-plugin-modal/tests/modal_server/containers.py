@@ -381,12 +381,7 @@ class ContainerRpcs:
 
     def _container_env(self, definition: api_pb2.Function, root: Path) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
-        fake = Path(__file__).resolve().parents[1] / "fake_modal"
-        paths = [
-            p
-            for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-            if p and Path(p).resolve() != fake
-        ]
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join([str(root), *paths])
         no_proxy = [p for p in env.get("NO_PROXY", "").split(",") if p]
         env["NO_PROXY"] = env["no_proxy"] = ",".join([*no_proxy, "127.0.0.1"])

@@ -364,24 +364,13 @@ class LocalModal:
             ``base`` with ``MODAL_SERVER_URL``, the credentials, a ``.modal.toml`` path
             that does not exist (``MODAL_CONFIG_PATH``, modal/config.py), 127.0.0.1
             left out of any proxy (``NO_PROXY``, modal/_utils/proxy_support.py), no
-            other ``MODAL_*`` setting, and no ``PYTHONPATH`` entry of the plugin's
-            fake ``modal`` package (``tests/fake_modal``).
+            other ``MODAL_*`` setting.
         """
         env = {
             k: v
             for k, v in (os.environ if base is None else base).items()
             if not k.startswith("MODAL_")
         }
-        fake = str(Path(__file__).resolve().parents[1] / "fake_modal")
-        paths = [
-            p
-            for p in env.get("PYTHONPATH", "").split(os.pathsep)
-            if p and Path(p).resolve() != Path(fake)
-        ]
-        if paths:
-            env["PYTHONPATH"] = os.pathsep.join(paths)
-        else:
-            env.pop("PYTHONPATH", None)
         no_proxy = [p for p in env.get("NO_PROXY", "").split(",") if p]
         env["NO_PROXY"] = env["no_proxy"] = ",".join([*no_proxy, "127.0.0.1"])
         env.update(
