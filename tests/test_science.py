@@ -21,8 +21,10 @@ from multigeom_workflow.inputs.demo.data import (
 from multigeom_workflow.inputs.demo.diagnostics import (
     conditioning_sensitivity,
     encoder_warnings,
+    write_conditioning_reports,
 )
-from multigeom_workflow.inputs.demo.truth import area_fisher
+from multigeom_workflow.inputs.demo.truth import area_fisher, write_area_fisher
+from multigeom_workflow.inputs.images import load_test_image
 from multigeom_workflow.results.science import (
     against_ceiling,
     noise_ceiling,
@@ -151,6 +153,76 @@ def test_area_fisher_matches_finite_differences():
     assert float((overlap**2).sum()) / 10 > 0.999
     assert truth["J_eigenvectors"].shape == (10, P)
     assert truth["sigma"] == 0.22
+
+
+def test_an_areas_truth_files_are_each_images_own(tmp_path):
+    # rule area_fisher: one process writes every image's file of an area; each is
+    # area_fisher of that image alone, whichever images share the process
+    from PIL import Image
+
+    crops = cut_training_crops(40, seed=3)
+    area = simulate_area("simple", crops, seed=0, noise_sigma=0.22)
+    torch.save(area, tmp_path / "area.pt")
+    images = []
+    for i in range(3):
+        pixels = ((crops[i, 0] + 1) * 127.5).round().clamp(0, 255).to(torch.uint8)
+        images.append(tmp_path / f"img{i}.png")
+        Image.fromarray(pixels.numpy()).save(images[-1])
+    outs = [tmp_path / f"truth{i}.pt" for i in range(3)]
+    write_area_fisher(tmp_path / "area.pt", images, outs, top_k=4)
+    last = tmp_path / "last.pt"
+    write_area_fisher(tmp_path / "area.pt", images[2:], [last], top_k=4)
+    for i, out in enumerate(outs):
+        got = torch.load(out, weights_only=False)
+        alone = area_fisher(area, load_test_image(images[i]).unsqueeze(0), top_k=4)
+        assert got["img_idx"] == i and got["area"] == "simple"
+        assert torch.equal(got["J_eigenvalues"], alone["J_eigenvalues"])
+        assert torch.equal(got["J_eigenvectors"], alone["J_eigenvectors"])
+    assert torch.equal(
+        torch.load(last, weights_only=False)["J_eigenvectors"],
+        torch.load(outs[2], weights_only=False)["J_eigenvectors"],
+    )
+    assert not list(tmp_path.glob(".*"))  # no temporary file left
+    with pytest.raises(ValueError, match="3 test images but 2 ground-truth files"):
+        write_area_fisher(tmp_path / "area.pt", images, outs[:2], top_k=4)
+
+
+def test_conditioning_reports_of_one_job_are_each_configurations_own(
+    tiny_run, tmp_path
+):
+    # rule check_conditioning: every configuration's report in one process; the same
+    # reports in the reverse order, and the run's own, agree to the bit
+    diffusion = yaml.safe_load((REPO / "tests/data/diffusion_tiny.yaml").read_text())
+    runs = tiny_run / "runs"
+    configs = list(reversed(CONFIGURATIONS))
+    outs = [tmp_path / f"{e}-{a}.json" for e, a in configs]
+    made = json.loads((runs / "diffusion/onoff/complex/conditioning.json").read_text())
+    results = write_conditioning_reports(
+        configs,
+        [runs / f"encoders/{e}/{a}/best_model.pt" for e, a in configs],
+        [runs / f"diffusion/{e}/{a}/final_model.pt" for e, a in configs],
+        outs,
+        torch.load(runs / "demo/train_crops.pt")[-16:],
+        diffusion,
+        made["timesteps"],
+        0.22,
+    )
+    assert [(r["encoder"], r["area"]) for r in results] == configs
+    for (e, a), out in zip(configs, outs, strict=True):
+        run = json.loads((runs / f"diffusion/{e}/{a}/conditioning.json").read_text())
+        assert json.loads(out.read_text()) == run
+    with pytest.raises(ValueError, match="4 configurations, 4 encoders, 4 diffusion"):
+        write_conditioning_reports(configs, outs, outs, outs[:3], None, {}, [], 0.2)
+
+
+def test_the_truth_is_one_job_per_area_and_the_checks_one_job(tiny_copy):
+    (tiny_copy / "runs/ground_truth/simple/img0001.pt").unlink()
+    (tiny_copy / "runs/diffusion/onoff/simple/conditioning.json").unlink()
+    result = run_snakemake(tiny_copy, "-n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    jobs = planned_jobs(result)
+    assert jobs.get("area_fisher") == 1 and jobs.get("check_conditioning") == 1
+    assert "area=simple" in result.stdout + result.stderr
 
 
 def test_encoder_warning_names_figure_threshold_and_value():
