@@ -280,7 +280,9 @@ def test_shards_at_once_under_the_budget_closed_form():
 
 def test_the_paper_s_budget_starts_every_shard_at_once():
     """config/paper.yaml on Modal (10 shards, the modal profile's jobs): every
-    shard's worst case fits in its budget at once, as the plugin's guard holds it."""
+    shard's worst case fits in its budget at once, as the plugin's guard holds it:
+    the dry run's count (`planning.plan.shards_at_once`) and the plugin's
+    `Ledger.admit` agree."""
     from multigeom_workflow.planning.cost import gpu_price, modal_prices
     from multigeom_workflow.planning.plan import shards_at_once
     from multigeom_workflow.planning.slurm import modal_plan
@@ -295,6 +297,22 @@ def test_the_paper_s_budget_starts_every_shard_at_once():
     n, worst = shards_at_once(plan.limits, price, scenario.modal["max_cost_usd"])
     assert len(plan.shards) == 10 and n == 10
     assert sum(worst) <= scenario.modal["max_cost_usd"] < 2 * sum(worst)
+    # the plugin's own guard, given the shards in order, starts the same number: each
+    # admitted with every earlier one's worst case held (calls.Ledger.admit)
+    from snakemake_executor_plugin_modal.calls import Ledger
+    from snakemake_executor_plugin_modal.prices import parse_gpu
+
+    ledger = Ledger(max_cost_usd=scenario.modal["max_cost_usd"])
+    gpu = parse_gpu(scenario.modal["gpu"])
+    held, started = 0.0, 0
+    for minutes in plan.limits:
+        admission = ledger.admit(gpu, 60 * minutes, reserved_usd=held, running=started)
+        if admission.verdict != "start":
+            break
+        held += ledger.worst_case(gpu, admission.timeout_s)
+        started += 1
+    assert started == n
+    assert held == pytest.approx(sum(worst))
 
 
 @pytest.mark.parametrize("executor", ["modal", "local"])
