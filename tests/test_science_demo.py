@@ -15,7 +15,8 @@ SCIENCE = REPO / "config" / "demo_science.yaml"
 def test_dry_run_plans_the_science_demo(tmp_path):
     """
     6 images of each of the 4 configurations, the first 2 twice (the noise ceiling),
-    4 diffusion models, at the science estimator's 256 samples; nothing of the run written.
+    4 diffusion models, at the science estimator's 256 samples; nothing of the run
+    written.
     """
     default = REPO / "config" / "config.yaml"  # the Snakefile's, read from the repo
     result = run_snakemake(
