@@ -2,6 +2,7 @@
 
 import torch
 
+from multigeom_workflow.compute.estimate import load_models
 from multigeom_workflow.inputs.demo.diagnostics import write_conditioning_reports
 from multigeom_workflow.script_log import job_log
 
@@ -17,5 +18,6 @@ with job_log(snakemake.log[0]):
         params.diffusion,
         params.timesteps,
         float(params.sigma),
+        load_models=load_models,
     ):
         print(result)

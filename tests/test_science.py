@@ -13,6 +13,7 @@ import torch
 import yaml
 from conftest import CONFIGURATIONS, REPO, TINY_CONFIG, planned_jobs, run_snakemake
 
+from multigeom_workflow.compute.estimate import load_models
 from multigeom_workflow.inputs.demo.data import (
     cut_training_crops,
     load_teacher,
@@ -206,13 +207,16 @@ def test_conditioning_reports_of_one_job_are_each_configurations_own(
         diffusion,
         made["timesteps"],
         0.22,
+        load_models=load_models,
     )
     assert [(r["encoder"], r["area"]) for r in results] == configs
     for (e, a), out in zip(configs, outs, strict=True):
         run = json.loads((runs / f"diffusion/{e}/{a}/conditioning.json").read_text())
         assert json.loads(out.read_text()) == run
     with pytest.raises(ValueError, match="4 configurations, 4 encoders, 4 diffusion"):
-        write_conditioning_reports(configs, outs, outs, outs[:3], None, {}, [], 0.2)
+        write_conditioning_reports(
+            configs, outs, outs, outs[:3], None, {}, [], 0.2, load_models=load_models
+        )
 
 
 def test_the_truth_is_one_job_per_area_and_the_checks_one_job(tiny_copy):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     import torch
@@ -195,11 +195,14 @@ def write_conditioning_reports(
     diffusion: dict,
     timesteps: list[int],
     sigma: float,
+    *,
+    load_models: Callable,
 ) -> list[dict]:
     """
     The conditioning check of every demo configuration's diffusion model (rule
     check_conditioning): `conditioning_sensitivity` of configuration i, its models
-    loaded from ``encoder_files[i]`` and ``diffusion_files[i]`` on the CPU, written as
+    loaded from ``encoder_files[i]`` and ``diffusion_files[i]`` on the CPU by
+    `load_models`, written as
     JSON with its ``encoder`` and ``area`` to ``out_files[i]``, each file whole or not
     at all.
 
@@ -224,6 +227,11 @@ def write_conditioning_reports(
         The estimator's timesteps.
     sigma : float
         The observation noise.
+    load_models : callable
+        ``load_models(encoder_file, diffusion_file, diffusion, device)`` returning the
+        models (``encoder``, ``unet``, ``alphas_cumprod``): the per-image job's own,
+        `multigeom_workflow.compute.estimate.load_models`, passed by the rule's script
+        (inputs sit below compute in the package's layers).
 
     Returns
     -------
@@ -238,7 +246,6 @@ def write_conditioning_reports(
     import json
 
     from ...atomic import atomic_path
-    from ...compute.estimate import load_models
 
     lengths = {len(x) for x in (configurations, encoder_files, diffusion_files)}
     if lengths != {len(out_files)}:
