@@ -83,8 +83,14 @@ def executor_in_use(command_line: str | None, given: GivenResources) -> str:
 
 
 def say(line: str) -> None:
-    """Write one line to the run's output (stderr, where Snakemake writes its own)."""
-    print(line, file=sys.stderr)
+    """
+    Write one line to the run's output (stderr, where Snakemake writes its own), in
+    one write: ``print`` writes the text and its newline apart, and a line of
+    Snakemake's logger from another thread between the two (its timestamp) ended up
+    on ours (seen 2026-12-03, tests/test_orchestration.py).
+    """
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
 
 
 @dataclass
