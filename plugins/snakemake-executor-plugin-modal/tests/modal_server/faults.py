@@ -104,11 +104,7 @@ class RpcFault:
         """Count one call of ``method`` from ``caller``; whether it fails."""
         if method != self.method or (self.caller and caller != self.caller):
             return False
-        self.seen += 1
-        if not _counts(self.times, self.after, self.seen, self.failed):
-            return False
-        self.failed += 1
-        return True
+        return _count(self)
 
     @property
     def text(self) -> str:
@@ -116,6 +112,16 @@ class RpcFault:
         return self.message or (
             f"{self.method}: {self.status} (fault injected by the test)"
         )
+
+
+def _count(fault) -> bool:
+    """One more matching request of `fault` (an `RpcFault` or `HttpFault`): whether
+    it fails (its ``times`` and ``after``), counted in ``seen`` and ``failed``."""
+    fault.seen += 1
+    if not _counts(fault.times, fault.after, fault.seen, fault.failed):
+        return False
+    fault.failed += 1
+    return True
 
 
 @dataclass
@@ -156,11 +162,7 @@ class HttpFault:
         """Count one request; whether it fails."""
         if method != self.method or not path.startswith(self.prefix):
             return False
-        self.seen += 1
-        if not _counts(self.times, self.after, self.seen, self.failed):
-            return False
-        self.failed += 1
-        return True
+        return _count(self)
 
 
 @dataclass
