@@ -15,13 +15,18 @@ estimates of an image), and A_10 of G and of J with the area's ground truth
 Usage: nice -n 19 python benchmarks/demo_g_settings.py [--encoder E] [--area A]
     [--variant 'train.epochs=4;train.lr=3e-3' ...]
     [--estimator 'monte_carlo.n_samples=64' ...] [--images 2] [--threads 2]
-    [--workdir DIR] [--ideal 128,512]
+    [--workdir DIR] [--ideal 128,512] [--seeds 42,7,2625503274]
 A variant is semicolon-separated ``dotted.key=YAML value`` overrides of the file; with
 --workdir, a model trained there before for the same variant is reused (its training
-seconds read back). --ideal prints, instead, the ceiling an ideal model would give at
-those row counts: rows of D drawn as J_f^T g (J_f the area's own Jacobian at the image,
-g standard normal), two independent draws per image, as if the diffusion model had
-learnt the area exactly and x_hat were x.
+seconds read back). With --seeds, each variant is trained once per training seed
+(``train.seed``, after the variant's own keys) and, after the rows, one line per
+variant and estimator variant gives the lowest, median and highest ceiling and G vs
+truth over the seeds: how reliably a setting trains (docs/measurements.md: the
+ceiling of one setting ranged from 0.19 to 0.44 over three seeds). --ideal prints,
+instead, the ceiling an ideal model would give at those row counts: rows of D drawn
+as J_f^T g (J_f the area's own Jacobian at the image, g standard normal), two
+independent draws per image, as if the diffusion model had learnt the area exactly
+and x_hat were x.
 """
 
 from __future__ import annotations
@@ -100,7 +105,9 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--workdir", default=None)
     p.add_argument("--ideal", default="", help="row counts, e.g. 128,512")
+    p.add_argument("--seeds", default="", help="training seeds, e.g. 42,7")
     args = p.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     torch.set_num_threads(args.threads)
 
     from multigeom.datasets import CANONICAL_TRANSFORM
@@ -165,7 +172,14 @@ def main(argv=None):
         sep="\n",
         flush=True,
     )
-    for variant in args.variant or [""]:
+    spread = {}  # (variant, estimator variant) -> [(ceiling, G vs truth)], one per seed
+    runs = [
+        (variant, ";".join(filter(None, [variant, f"train.seed={seed}"])))
+        for variant in args.variant or [""]
+        for seed in seeds or [None]
+    ]
+    for named_variant, variant in runs:
+        variant = variant if seeds else named_variant
         settings = _override(base, variant)
         named = f"{args.encoder}/{args.area}/{json.dumps(settings, sort_keys=True)}"
         key = hashlib.sha256(named.encode()).hexdigest()[:12]
@@ -216,11 +230,30 @@ def main(argv=None):
                     g_truth.append(_a_k(g.eigenvectors, truth[i]))
                 ceiling.append(_a_k(*vecs))
                 j_truth.append(_a_k(j.eigenvectors, truth[i]))
+            spread.setdefault((named_variant, est_variant), []).append(
+                (float(np.mean(ceiling)), float(np.mean(g_truth)))
+            )
             print(
                 f"| {variant or 'as is'} | {est_variant or 'as is'} | "
                 f"{n_params:.2f}M | {train_cpu:.0f} | {np.median(seconds):.1f} | "
                 f"{cond['pair_mean']:.1e} / {cond['other_image_mean']:.1e} | "
                 f"{_ms(ceiling)} | {_ms(g_truth)} | {_ms(j_truth)} |",
+                flush=True,
+            )
+    if seeds:
+        print(
+            f"\nOver the training seeds {seeds} (lowest / median / highest):",
+            "| diffusion variant | estimator variant | G ceiling A₁₀ | G vs truth |",
+            "|---|---|---|---|",
+            sep="\n",
+        )
+        for (variant, est_variant), values in spread.items():
+            ceil, g_truth = np.array(values).T
+            print(
+                f"| {variant or 'as is'} | {est_variant or 'as is'} | "
+                f"{ceil.min():.3f} / {np.median(ceil):.3f} / {ceil.max():.3f} | "
+                f"{g_truth.min():.3f} / {np.median(g_truth):.3f} / "
+                f"{g_truth.max():.3f} |",
                 flush=True,
             )
 
