@@ -22,7 +22,7 @@ seconds read back). With --seeds, each variant is trained once per training seed
 (``train.seed``, after the variant's own keys) and, after the rows, one line per
 variant and estimator variant gives the lowest, median and highest ceiling and G vs
 truth over the seeds: how reliably a setting trains (docs/measurements.md: the
-ceiling of one setting ranged from 0.19 to 0.44 over three seeds). --ideal prints,
+ceiling of one setting ranged from 0.19 to 0.44 over six seeds). --ideal prints,
 instead, the ceiling an ideal model would give at those row counts: rows of D drawn
 as J_f^T g (J_f the area's own Jacobian at the image, g standard normal), two
 independent draws per image, as if the diffusion model had learnt the area exactly
@@ -174,12 +174,14 @@ def main(argv=None):
     )
     spread = {}  # (variant, estimator variant) -> [(ceiling, G vs truth)], one per seed
     runs = [
-        (variant, ";".join(filter(None, [variant, f"train.seed={seed}"])))
-        for variant in args.variant or [""]
+        (
+            named_variant,
+            f"{named_variant};train.seed={seed}" if seeds else named_variant,
+        )
+        for named_variant in args.variant or [""]
         for seed in seeds or [None]
     ]
     for named_variant, variant in runs:
-        variant = variant if seeds else named_variant
         settings = _override(base, variant)
         named = f"{args.encoder}/{args.area}/{json.dumps(settings, sort_keys=True)}"
         key = hashlib.sha256(named.encode()).hexdigest()[:12]
