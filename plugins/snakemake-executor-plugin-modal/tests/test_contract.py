@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -534,6 +535,16 @@ _CREDENTIAL_ENV = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", *OAUTH_SETTINGS.value
             None,
         ),
         (
+            {
+                "MODAL_OAUTH_REFRESH_TOKEN": "r",
+                "MODAL_OAUTH_CLIENT_ID": "c",
+                "MODAL_OAUTH_CLIENT_SECRET": "s",
+                "MODAL_OAUTH_JWT_KEY": "k",
+            },
+            "Modal OAuth credentials: MODAL_OAUTH_CLIENT_SECRET and "
+            "MODAL_OAUTH_JWT_KEY are both set, and Modal takes exactly one",
+        ),
+        (
             {"MODAL_OAUTH_REFRESH_TOKEN": "r"},
             "Modal OAuth credentials are incomplete: MODAL_OAUTH_CLIENT_ID, "
             "MODAL_OAUTH_CLIENT_SECRET or MODAL_OAUTH_JWT_KEY unset",
@@ -552,9 +563,13 @@ def test_credentials_as_the_real_client_reads_them(
     from the environment (no ``.modal.toml``: MODAL_CONFIG_PATH points nowhere)."""
     import modal.config
 
+    from snakemake_executor_plugin_modal import preflight
     from snakemake_executor_plugin_modal.preflight import credentials_problem
 
     monkeypatch.setattr(modal.config, "_user_config", {})
+    # the JWT key's extra taken as installed (a module every Python has); without
+    # it: test_a_jwt_key_without_modals_oauth_extra_is_named
+    monkeypatch.setattr(preflight, "_JWT_MODULES", ("json",))
     for name in _CREDENTIAL_ENV:
         monkeypatch.delenv(name, raising=False)
     for name, value in given.items():
@@ -564,6 +579,31 @@ def test_credentials_as_the_real_client_reads_them(
         assert found is None
     else:
         assert found is not None and found.startswith(problem), found
+
+
+def test_a_jwt_key_without_modals_oauth_extra_is_named(real_client, monkeypatch):
+    """A private-key OAuth set needs what the installed client imports for it
+    (``OAuthAssertionProvider``, modal/_utils/oauth.py: modal's ``oauth`` extra);
+    where one is missing the preflight says so and how to install it."""
+    import modal._utils.oauth
+    import modal.config
+
+    from snakemake_executor_plugin_modal import preflight
+
+    source = inspect.getsource(modal._utils.oauth.OAuthAssertionProvider.__init__)
+    for module in preflight._JWT_MODULES:
+        assert re.search(rf"^\s*(import|from) {module}\b", source, re.M), module
+    monkeypatch.setattr(modal.config, "_user_config", {})
+    for name in _CREDENTIAL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MODAL_OAUTH_REFRESH_TOKEN", "r")
+    monkeypatch.setenv("MODAL_OAUTH_CLIENT_ID", "c")
+    monkeypatch.setenv("MODAL_OAUTH_JWT_KEY", "k")
+    monkeypatch.setattr(preflight, "_JWT_MODULES", ("json", "no_such_module_x"))
+    assert preflight.credentials_problem() == (
+        "Modal OAuth credentials: MODAL_OAUTH_JWT_KEY needs modal's 'oauth' extra "
+        "(no_such_module_x not installed): pip install 'modal[oauth]'"
+    )
 
 
 def test_the_oauth_settings_are_the_real_clients(real_client):

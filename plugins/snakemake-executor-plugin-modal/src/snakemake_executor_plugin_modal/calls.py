@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from snakemake_interface_common.exceptions import WorkflowError
 
 from .container import run_job
+from .preflight import oauth_in_use
 from .prices import GpuRequest
 
 __all__ = [
@@ -371,11 +372,17 @@ def start_error(
             f"Modal: the container image could not be built ({what}){hint}{tail}"
         )
     if isinstance(exc, modal.exception.AuthError):
-        return WorkflowError(
-            f"Modal refused the credentials ({what}): the token is wrong, revoked or "
-            "expired; run `modal token new` (or set MODAL_TOKEN_ID and "
-            f"MODAL_TOKEN_SECRET){tail}"
-        )
+        if oauth_in_use():
+            given = (
+                "the OAuth credentials (MODAL_OAUTH_*) are wrong, revoked or "
+                "expired; renew them with your identity provider"
+            )
+        else:
+            given = (
+                "the token is wrong, revoked or expired; run `modal token new` (or "
+                "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET)"
+            )
+        return WorkflowError(f"Modal refused the credentials ({what}): {given}{tail}")
     if isinstance(exc, modal.exception.ModuleNotMountable):
         return WorkflowError(
             f"--modal-local-packages: a package cannot be copied into the image "

@@ -35,6 +35,7 @@ __all__ = [
     "gpu_problem",
     "job_problems",
     "known_gpu_types",
+    "oauth_in_use",
     "requested_settings",
     "settings_problems",
 ]
@@ -83,24 +84,41 @@ OAUTH_SETTINGS = {
 }
 
 
+#: What the client's private-key OAuth imports (modal 1.6.4,
+#: ``modal/_utils/oauth.py``, ``OAuthAssertionProvider``: modal's ``oauth`` extra).
+_JWT_MODULES = ("jwt", "cryptography")
+
+
+def _setting(key: str):
+    """The installed client's setting `key` (``modal.config``), None where unset or
+    unknown to it."""
+    from modal.config import config as modal_config
+
+    try:
+        return modal_config.get(key)
+    except KeyError:  # a client without the setting
+        return None
+
+
+def oauth_in_use() -> bool:
+    """Whether the client is given OAuth settings (`OAUTH_SETTINGS`) rather than a
+    token: the credentials a refusal (``AuthError``) is about."""
+    return any(_setting(name) for name in OAUTH_SETTINGS)
+
+
 def credentials_problem() -> str | None:
     """
     Why Modal's client has no credentials it can use (``modal.config``), or None.
     Modal takes either a token (``token_id`` and ``token_secret``: ``modal token
     new``, ``MODAL_TOKEN_ID`` and ``MODAL_TOKEN_SECRET``) or an OAuth set
-    (`OAUTH_SETTINGS`), never both and never a part of one (modal 1.6.4,
-    ``modal/config.py``: its module docstring and ``_lookup_workspace``).
+    (`OAUTH_SETTINGS`: a refresh token, a client id and exactly one of a client
+    secret or a JWT key, the key needing modal's ``oauth`` extra), never both and
+    never a part of one (modal 1.6.4, ``modal/config.py``: its module docstring and
+    ``_lookup_workspace``; ``modal/client.py``, ``_Client.from_env``;
+    ``modal/_utils/oauth.py``).
     """
-    from modal.config import config as modal_config
-
-    def get(key: str):
-        try:
-            return modal_config.get(key)
-        except KeyError:  # a client without the setting
-            return None
-
-    token = [get("token_id"), get("token_secret")]
-    oauth = {name: get(name) for name in OAUTH_SETTINGS}
+    token = [_setting("token_id"), _setting("token_secret")]
+    oauth = {name: _setting(name) for name in OAUTH_SETTINGS}
     if any(token) and any(oauth.values()):
         return (
             "Modal credentials: a token (MODAL_TOKEN_ID, MODAL_TOKEN_SECRET or "
@@ -117,6 +135,19 @@ def credentials_problem() -> str | None:
             missing.append("MODAL_OAUTH_CLIENT_SECRET or MODAL_OAUTH_JWT_KEY")
         if missing:
             return f"Modal OAuth credentials are incomplete: {', '.join(missing)} unset"
+        if oauth["oauth_client_secret"] and oauth["oauth_jwt_key"]:
+            return (
+                "Modal OAuth credentials: MODAL_OAUTH_CLIENT_SECRET and "
+                "MODAL_OAUTH_JWT_KEY are both set, and Modal takes exactly one of "
+                "them: unset the other"
+            )
+        missing = [m for m in _JWT_MODULES if importlib.util.find_spec(m) is None]
+        if oauth["oauth_jwt_key"] and missing:
+            return (
+                "Modal OAuth credentials: MODAL_OAUTH_JWT_KEY needs modal's 'oauth' "
+                f"extra ({', '.join(missing)} not installed): "
+                "pip install 'modal[oauth]'"
+            )
         return None
     if all(token):
         return None

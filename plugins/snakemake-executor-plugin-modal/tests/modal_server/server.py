@@ -7,7 +7,11 @@ The client opens a plain-text HTTP/2 channel for an ``http://`` URL (modal 1.6.4
 modal/_utils/grpc_utils.py, ``create_channel``: TLS only for ``https``) and sends
 its credentials as metadata on every request: ``x-modal-token-id`` and
 ``x-modal-token-secret`` with ``x-modal-client-type`` ``CLIENT_TYPE_CLIENT``
-(modal/client.py, ``_get_metadata``). This server checks them on every RPC and answers
+(modal/client.py, ``_get_metadata``), or, given Modal's OAuth settings
+(``MODAL_OAUTH_*``), ``x-modal-refresh-token``, ``x-modal-oauth-client-id`` and
+``x-modal-oauth-client-secret`` (same function; what Modal's server does with them is
+not in the client: this one compares them with its own). This server checks them on
+every RPC and answers
 UNAUTHENTICATED otherwise, which the client raises as ``modal.exception.AuthError``
 (modal/_grpc_client.py). A container's client (``CLIENT_TYPE_CONTAINER``, no token)
 is accepted with the task id and secret the server gave the container
@@ -43,8 +47,24 @@ from .volumes import DEFAULT_ENVIRONMENT, VolumeRpcs
 
 __all__ = ["LocalModal", "LocalModalServer", "serve"]
 
+#: Modal's OAuth settings, by the metadata key the client sends each in (modal 1.6.4,
+#: modal/client.py, ``_get_metadata``; a JWT key is sent as an assertion instead,
+#: which this server does not take).
+OAUTH_METADATA = {
+    "MODAL_OAUTH_REFRESH_TOKEN": "x-modal-refresh-token",
+    "MODAL_OAUTH_CLIENT_ID": "x-modal-oauth-client-id",
+    "MODAL_OAUTH_CLIENT_SECRET": "x-modal-oauth-client-secret",
+}
+
 #: Metadata not recorded in :attr:`~.state.CallRecord.metadata`.
-_SECRET_KEYS = frozenset({"x-modal-token-secret", "x-modal-task-secret"})
+_SECRET_KEYS = frozenset(
+    {
+        "x-modal-token-secret",
+        "x-modal-task-secret",
+        "x-modal-refresh-token",
+        "x-modal-oauth-client-secret",
+    }
+)
 
 #: The RPCs a container's client may send: its own (modal/_runtime/
 #: container_io_manager.py), volume commits and reloads (modal/volume.py), blobs of
@@ -122,6 +142,18 @@ class LocalModalServer(
         self.url = url
         self.container_heartbeat_s = container_heartbeat_s
 
+    def _client_credentials(self, metadata) -> bool:
+        """Whether a client's request carries the token this server accepts or its
+        OAuth credentials (``ServerState.oauth``, :data:`OAUTH_METADATA`), not both."""
+        token = metadata.get("x-modal-token-id") == self.state.token_id and (
+            metadata.get("x-modal-token-secret") == self.state.token_secret
+        )
+        oauth = all(
+            metadata.get(OAUTH_METADATA[name]) == value
+            for name, value in self.state.oauth.items()
+        )
+        return token != oauth
+
     async def on_request(self, event: grpclib.events.RecvRequest) -> None:
         """
         Record the call and check its credentials (a grpclib ``RecvRequest``
@@ -170,12 +202,12 @@ class LocalModalServer(
                 f"client type {client_type!r}: only CLIENT_TYPE_CLIENT and "
                 "CLIENT_TYPE_CONTAINER are served",
             )
-        elif (
-            event.metadata.get("x-modal-token-id") != self.state.token_id
-            or event.metadata.get("x-modal-token-secret") != self.state.token_secret
-        ):
+        elif not self._client_credentials(event.metadata):
             record.status = Status.UNAUTHENTICATED.name
-            raise GRPCError(Status.UNAUTHENTICATED, "Token ID or secret is invalid")
+            raise GRPCError(
+                Status.UNAUTHENTICATED,
+                "Token ID or secret, or OAuth credentials, invalid",
+            )
         caller = (
             CONTAINER if client_type == str(api_pb2.CLIENT_TYPE_CONTAINER) else CLIENT
         )
@@ -344,7 +376,10 @@ class LocalModal:
         await self._runner.cleanup()
 
     def client_env(
-        self, base: dict[str, str] | None = None, heartbeat_interval_s: float = 15.0
+        self,
+        base: dict[str, str] | None = None,
+        heartbeat_interval_s: float = 15.0,
+        oauth: bool = False,
     ) -> dict[str, str]:
         """
         The environment of a process running the real ``modal`` client against this
@@ -357,6 +392,9 @@ class LocalModal:
         heartbeat_interval_s : float
             Seconds between an app's heartbeats (``MODAL_HEARTBEAT_INTERVAL``, read
             when ``modal.client`` is imported; Modal's default is 15).
+        oauth : bool
+            Give the OAuth credentials the server accepts (``MODAL_OAUTH_*``,
+            modal/config.py) instead of its token.
 
         Returns
         -------
@@ -375,12 +413,17 @@ class LocalModal:
         env["NO_PROXY"] = env["no_proxy"] = ",".join([*no_proxy, "127.0.0.1"])
         env.update(
             MODAL_SERVER_URL=self.url,
-            MODAL_TOKEN_ID=self.state.token_id,
-            MODAL_TOKEN_SECRET=self.state.token_secret,
             MODAL_CONFIG_PATH=str(self.state.root / "no-modal.toml"),
             MODAL_HEARTBEAT_INTERVAL=str(heartbeat_interval_s),
             PYTHONUNBUFFERED="1",
         )
+        if oauth:
+            env.update(self.state.oauth)
+        else:
+            env.update(
+                MODAL_TOKEN_ID=self.state.token_id,
+                MODAL_TOKEN_SECRET=self.state.token_secret,
+            )
         return env
 
     @property

@@ -377,6 +377,10 @@ class ServerState:
     token_id, token_secret : str
         The credentials the server accepts (``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET``
         of the client).
+    oauth : dict
+        The OAuth credentials it accepts instead of the token, by the client's
+        setting (``MODAL_OAUTH_REFRESH_TOKEN``, ``MODAL_OAUTH_CLIENT_ID``,
+        ``MODAL_OAUTH_CLIENT_SECRET``: modal/config.py).
     environments : dict
         Environment name -> environment id; ``"main"`` exists from the start.
     apps : dict
@@ -418,6 +422,13 @@ class ServerState:
     root: Path
     token_id: str
     token_secret: str
+    oauth: dict[str, str] = field(
+        default_factory=lambda: {
+            "MODAL_OAUTH_REFRESH_TOKEN": "rt-local-test",
+            "MODAL_OAUTH_CLIENT_ID": "oc-local-test",
+            "MODAL_OAUTH_CLIENT_SECRET": "os-local-test",
+        }
+    )
     environments: dict[str, str] = field(default_factory=dict)
     apps: dict[str, AppRecord] = field(default_factory=dict)
     volumes: dict[tuple[str, str], VolumeRecord] = field(default_factory=dict)
