@@ -489,3 +489,35 @@ def test_modal_check_cap_holds_its_start_up_and_timeout(cap_usd):
     assert ledger.startup_s == STARTUP_S
     assert ledger.worst_case(gpu, timeout_s) <= cap_usd
     assert ledger.worst_case(gpu, timeout_s + 1) > cap_usd
+
+
+@pytest.mark.parametrize(
+    ("budget", "at_once"), [(None, 10), (30, 5)], ids=["shipped", "30-usd"]
+)
+def test_the_paper_s_dry_run_on_modal_starts_every_shard(
+    tmp_path, modal_server, budget, at_once
+):
+    """`snakemake -n --profile profiles/modal --configfile config/paper.yaml`, as a
+    user types it: its plan is 10 containers, and with the shipped budget (60 USD)
+    no line says that fewer start at once; with 30 USD the line says 5 of the 10
+    (each shard's worst case about 5.4 USD: A100-80GB at 0.000694 USD/s for its time
+    limit and the 120 s start-up). The dry run asks Modal nothing."""
+    work = workflow_copy(tmp_path / "wf")
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/modal"]
+    cmd += ["--configfile", "config/paper.yaml"]
+    if budget is not None:
+        cmd += ["--config", f"modal={{max_cost_usd: {budget}}}"]
+    dry = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    out = dry.stdout + dry.stderr
+    assert "on Modal (A100-80GB, 0.000694 USD/s): 10 container(s)" in out, out[-3000:]
+    held = [line for line in out.splitlines() if "holds the worst case of" in line]
+    if at_once == 10:
+        assert held == []
+    else:
+        (line,) = held
+        assert line.startswith(
+            f"warning: modal.max_cost_usd = {budget:.2f} USD holds the worst case "
+            f"of {at_once} of the 10 shards at once"
+        )
+    assert modal_server.state.methods() == []

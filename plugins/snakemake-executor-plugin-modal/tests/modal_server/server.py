@@ -204,10 +204,7 @@ class LocalModalServer(
             )
         elif not self._client_credentials(event.metadata):
             record.status = Status.UNAUTHENTICATED.name
-            raise GRPCError(
-                Status.UNAUTHENTICATED,
-                "Token ID or secret, or OAuth credentials, invalid",
-            )
+            raise GRPCError(Status.UNAUTHENTICATED, "Token ID or secret is invalid")
         caller = (
             CONTAINER if client_type == str(api_pb2.CLIENT_TYPE_CONTAINER) else CLIENT
         )
