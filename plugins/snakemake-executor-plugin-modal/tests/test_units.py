@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import types
 from pathlib import Path
 
@@ -514,7 +515,12 @@ def test_a_call_given_up_is_cancelled_and_its_cost_counted(monkeypatch):
     from snakemake_executor_plugin_modal import calls
 
     clock = iter([1000.0, 1000.0, 1700.0, 1700.0, 1700.0, 9999.0])
-    monkeypatch.setattr(calls.time, "monotonic", lambda: next(clock))
+    # the fake clock for the plugin's module only: patched on the time module itself,
+    # every thread of this process read it (modal's event loop, whose thread died of
+    # the exhausted clock and failed the later tests of this process)
+    fake_time = types.SimpleNamespace(**vars(time))
+    fake_time.monotonic = lambda: next(clock)
+    monkeypatch.setattr(calls, "time", fake_time)
     lost = modal.exception.ConnectionError("Deadline exceeded")
     handle = _Call(lost, lost)
     call = calls.ContainerCall(handle, GpuRequest("H100"), 3600, warn=print)
