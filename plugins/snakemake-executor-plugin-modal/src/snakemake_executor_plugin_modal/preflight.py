@@ -141,11 +141,11 @@ def credentials_problem() -> str | None:
                 "MODAL_OAUTH_JWT_KEY are both set, and Modal takes exactly one of "
                 "them: unset the other"
             )
-        missing = [m for m in _JWT_MODULES if importlib.util.find_spec(m) is None]
-        if oauth["oauth_jwt_key"] and missing:
+        absent = [m for m in _JWT_MODULES if importlib.util.find_spec(m) is None]
+        if oauth["oauth_jwt_key"] and absent:
             return (
                 "Modal OAuth credentials: MODAL_OAUTH_JWT_KEY needs modal's 'oauth' "
-                f"extra ({', '.join(missing)} not installed): "
+                f"extra ({', '.join(absent)} not installed): "
                 "pip install 'modal[oauth]'"
             )
         return None
