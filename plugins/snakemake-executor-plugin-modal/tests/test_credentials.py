@@ -9,16 +9,7 @@ from __future__ import annotations
 from modal_proto import api_pb2
 
 from .helpers import run_snakemake, spawned
-
-COPY = """
-rule all:
-    input: "out.txt"
-
-rule copy:
-    input: "in.txt"
-    output: "out.txt"
-    shell: "cp {input} {output}"
-"""
+from .test_failures import COPY
 
 
 def oauth_env(server, monkeypatch, **changed: str) -> None:
