@@ -27,7 +27,9 @@ if HUB["source"] == "hub":
             revision=HUB["revision"],
         log:
             "logs/fetch_encoder/{encoder}/{area}.log",
-        retries: 2
+        # It tries again itself (a transfer that stalls or breaks, a damaged cache:
+        # inputs/hub.py) and ends with one line; a retry here would only hold the run.
+        retries: 0
         script:
             "../scripts/fetch_checkpoint.py"
 
@@ -44,7 +46,9 @@ if HUB["source"] == "hub":
             revision=HUB["revision"],
         log:
             "logs/fetch_diffusion/{encoder}/{area}.log",
-        retries: 2
+        # It tries again itself (a transfer that stalls or breaks, a damaged cache:
+        # inputs/hub.py) and ends with one line; a retry here would only hold the run.
+        retries: 0
         script:
             "../scripts/fetch_checkpoint.py"
 
@@ -60,7 +64,9 @@ if SCENARIO.test_source == "tinyimagenet" and TEST_IMAGES["download"]:
             expected_bytes=TEST_IMAGES["archive_bytes"],
         log:
             "logs/download_tinyimagenet.log",
-        retries: 2
+        # It tries again itself (a transfer that stalls or breaks, a damaged cache:
+        # inputs/hub.py) and ends with one line; a retry here would only hold the run.
+        retries: 0
         script:
             "../scripts/download_tinyimagenet.py"
 
