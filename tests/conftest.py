@@ -7,7 +7,6 @@ local Modal server (the Modal plugin's tests' own, `local_modal`); and the test 
 from __future__ import annotations
 
 import importlib
-import inspect
 import os
 import re
 import shutil
@@ -35,11 +34,13 @@ def run_snakemake(
     *args: str,
     configfile: Path | None = TINY_CONFIG,
     env: dict | None = None,
+    timeout: float | None = None,
 ):
     """
     Run the workflow's Snakefile in `workdir` (``--directory``) with the reduced demo's
     configuration (and `env` added to the environment); returns the CompletedProcess
-    (stdout and stderr as text).
+    (stdout and stderr as text). It is killed after `timeout` seconds (default: the
+    bound on every process of the tests, 540 s), failing the test with the command.
     """
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
     cmd += ["--directory", str(workdir), "--cores", "2"]
@@ -52,6 +53,7 @@ def run_snakemake(
         text=True,
         check=False,
         env={**os.environ, **(env or {})},
+        timeout=timeout,
     )
 
 
@@ -129,6 +131,12 @@ def modal_tests(name: str):
     if str(MODAL_PLUGIN) not in sys.path:
         sys.path.insert(0, str(MODAL_PLUGIN))
     return importlib.import_module(f"tests.{name}")
+
+
+# Every process a test starts ends within a bound where the test gives none
+# (PROCESS_TIMEOUT_S, 540 s: the Modal plugin's tests/helpers.py, one mechanism for
+# both suites); past it the test fails naming the command.
+modal_tests("helpers").bound_subprocess_run()
 
 
 @contextmanager
@@ -217,7 +225,9 @@ def tiny_lock_dir(workdir: Path) -> Path:
 
 def _run_tiny_demo(workdir: Path) -> None:
     env = {**WITHOUT_MODAL, "MULTIGEOM_GPU_LOCK_DIR": str(tiny_lock_dir(workdir))}
-    result = run_snakemake(workdir, env=env)
+    # 600 s: its build took 338 s with three test processes and other work beside
+    # it on 2 cores (2026-12-05), the longest single run of the suite
+    result = run_snakemake(workdir, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -254,46 +264,52 @@ def tiny_copy(tiny_run, tmp_path) -> Path:
     return copy
 
 
-#: Fixtures whose setup runs the workflow, a cluster or the local Modal server (whose
-#: containers are processes; ``modal_server`` is this file's and the plugin's).
-SLOW_FIXTURES = {
-    "tiny_run",
-    "tiny_copy",
-    "slurm_cluster",
-    "slurm_run",
-    "modal_run",
-    "modal_server",
+#: What a test may start, each a marker (pyproject.toml lists them): `MARKERS`'s
+#: names. ``slow`` is added to a test that carries any (the fast tier, ``-m "not
+#: slow"``, is exactly the tests that start no process: `guard_processes` fails a
+#: test that starts one without its marker).
+MARKERS = {
+    "workflow": "runs the workflow: Snakemake, the workflow's CLI or a worker",
+    "slurm": "uses the local SLURM cluster (.ci/slurm-cluster.sh)",
+    "modal_server": "starts the local Modal server (its containers are processes)",
+    "process": "starts another program (ruff, git, a child Python)",
 }
-#: What a test's own code calls to start a process.
-STARTS_A_PROCESS = ("run_snakemake(", "subprocess.", "Popen(", "run_workflow(", "cli(")
+#: The fixtures that start each: a test using one carries its marker.
+FIXTURE_MARKERS = {
+    "tiny_run": "workflow",
+    "tiny_copy": "workflow",
+    "slurm_cluster": "slurm",
+    "slurm_run": "slurm",
+    "modal_run": "modal_server",
+    "modal_server": "modal_server",
+    "local_modal": "modal_server",  # the Modal plugin's test_modal_server.py
+}
 
 
-def _starts_a_process(item) -> bool:
-    """Whether the test's code, or a function of its module or of this file that it
-    calls (followed down), starts a process."""
-    func = getattr(item, "function", None)
-    module = getattr(item, "module", None)
-    names = {**globals(), **(vars(module) if module else {})}
-    seen, todo = set(), [func]
-    while todo:
-        f = todo.pop()
-        if f in seen or not callable(f):
-            continue
-        seen.add(f)
-        try:
-            source = inspect.getsource(f)
-        except (OSError, TypeError):
-            continue
-        if any(call in source for call in STARTS_A_PROCESS):
-            return True
-        for name in re.findall(r"\b([A-Za-z_]\w*)\(", source):
-            g = names.get(name)
-            if inspect.isfunction(g) and g.__module__ in (
-                getattr(module, "__name__", None),
-                __name__,
-            ):
-                todo.append(g)
-    return False
+class UnmarkedProcess(AssertionError):
+    """A test without a marker of `MARKERS` started a process."""
+
+
+@pytest.fixture(autouse=True)
+def guard_processes(request, monkeypatch):
+    """
+    Fail a test that starts a process (``subprocess.Popen``, through which
+    ``subprocess.run`` and every helper here go) without one of `MARKERS`: its
+    tier would be wrong. The message names the test and the command.
+    """
+    if any(request.node.get_closest_marker(m) for m in MARKERS):
+        yield
+        return
+
+    def refuse(self, args, *more, **kwargs):
+        raise UnmarkedProcess(
+            f"{request.node.nodeid} starts a process ({args!r}) but carries no "
+            f"marker of what it starts: mark it with one of {sorted(MARKERS)} "
+            "(tests/conftest.py, MARKERS)"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    yield
 
 
 def pytest_configure(config):
@@ -364,15 +380,14 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(config, items):
     """
-    Mark ``slow`` every collected test that starts processes: it uses a fixture that
-    runs the workflow, the SLURM cluster or the local Modal server
-    (`SLOW_FIXTURES`), or its own code starts one (`STARTS_A_PROCESS`: Snakemake,
-    the CLI, a worker). Pytest hands this hook every test of the session, the Modal
-    plugin's included, so that ``python -m pytest -m "not slow"`` is the fast tier
-    (README.md) and a new test lands in its tier without a marker written by hand.
+    Mark each collected test by what it starts: the marker of each fixture of
+    `FIXTURE_MARKERS` it uses, beside those written on it; then ``slow`` on every
+    test that carries one of `MARKERS`. Pytest hands this hook every test of the
+    session, the Modal plugin's included, so that ``python -m pytest -m "not
+    slow"`` is the fast tier (README.md).
     """
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or _starts_a_process(
-            item
-        ):
+        for fixture in set(getattr(item, "fixturenames", ())) & set(FIXTURE_MARKERS):
+            item.add_marker(FIXTURE_MARKERS[fixture])
+        if any(item.get_closest_marker(m) for m in MARKERS):
             item.add_marker(pytest.mark.slow)

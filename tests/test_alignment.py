@@ -85,6 +85,7 @@ def pair(metrics, a, b, metric="G"):
     return metrics["pairs"][f"{a[0]}_{a[1]}__VS__{b[0]}_{b[1]}__{metric}"]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("metric", ["G", "J"])
 def test_known_overlaps(runs, tmp_path, metric):
     _, files = runs
@@ -106,6 +107,7 @@ def test_known_overlaps(runs, tmp_path, metric):
     assert rotated["n_images"] == 2 and rotated["k"] == list(range(1, K + 1))
 
 
+@pytest.mark.process
 def test_only_the_listed_files_are_compared(runs, tmp_path):
     root, files = runs
     # An extra image and an extra configuration beside the run's files.
@@ -117,6 +119,7 @@ def test_only_the_listed_files_are_compared(runs, tmp_path):
     assert json.loads((tmp_path / "metrics.json").read_text())["pairs"] == m["pairs"]
 
 
+@pytest.mark.process
 def test_same_metrics_as_upstreams_command(runs, tmp_path):
     from multigeom.pipeline import alignment
 

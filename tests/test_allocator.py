@@ -72,6 +72,7 @@ def _churn(extra: dict) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_a_process_with_them_faults_far_less_for_the_same_results():
     default = _churn({})

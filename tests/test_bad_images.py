@@ -147,6 +147,7 @@ def test_unreadable_image_is_named_at_the_check(tmp_path, content):
         validated_scenario(folder_config(folder), REPO)
 
 
+@pytest.mark.workflow
 def test_unreadable_image_stops_snakemake_before_any_job(tmp_path):
     folder = tmp_path / "photos"
     folder.mkdir()
@@ -184,6 +185,7 @@ def test_resized_and_squeezed_images_are_named(tmp_path):
     assert f"first: {folder / 'p1.png'}, 300 x 100" in line
 
 
+@pytest.mark.workflow
 def test_the_notices_are_said_once_by_a_dry_run(tmp_path):
     folder = tmp_path / "photos"
     folder.mkdir()

@@ -233,6 +233,7 @@ def test_bad_value_is_one_line_naming_key_value_and_allowed(
     assert_names(str(err.value), case.key, case.value, case.allowed)
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize(
     ("name", "args"), [("n_images zero", ()), ("GPU not on this machine", ("-n",))]
 )

@@ -36,6 +36,7 @@ def snakemake_with(tmp_path, config, *args, env=None):
     return run_snakemake(work, *args, configfile=configfile, env=env), work
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize(
     "configs",
     [
@@ -83,6 +84,7 @@ COMBINATIONS = {
 }
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("name", COMBINATIONS)
 def test_cli_config_is_snakemakes(tmp_path, monkeypatch, name):
     has_base, files, config = COMBINATIONS[name]
@@ -110,6 +112,7 @@ def test_cli_config_is_snakemakes(tmp_path, monkeypatch, name):
     assert json.loads(json.dumps(ours, sort_keys=True)) == snakemakes
 
 
+@pytest.mark.workflow
 def test_progress_plans_what_snakemake_plans(tmp_path):
     # The example: config/config.yaml (the demo, 8 images) and --configfile
     # more.yaml with n_images: 12: Snakemake plans 4 x 12, and the noise ceiling's

@@ -162,6 +162,7 @@ def estimate_block(result) -> list[str]:
     return block
 
 
+@pytest.mark.workflow
 def test_the_estimate_counts_the_noise_ceilings_second_estimates(tmp_path):
     """
     Every per-image computation is counted: 4 configurations x 3 images, plus the
@@ -179,6 +180,7 @@ def test_the_estimate_counts_the_noise_ceilings_second_estimates(tmp_path):
     assert planned["estimate_image"] + planned["estimate_image_ceiling"] == 20
 
 
+@pytest.mark.workflow
 def test_dry_run_prints_the_estimate_before_the_jobs(tmp_path):
     work = tmp_path / "work"
     work.mkdir()

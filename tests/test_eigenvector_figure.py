@@ -205,6 +205,7 @@ def dag_inputs(workdir, *config: str) -> list[str] | None:
     return sorted(labels[a].replace("\\n", " ") for a, b in edges if b == plot)
 
 
+@pytest.mark.workflow
 def test_rule_reads_only_the_images_it_draws(tmp_path):
     # the first image of each of the 4 configurations, and its second estimate: not
     # image 1, not the check of all per-image files (so it reruns only when one of

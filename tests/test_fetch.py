@@ -69,6 +69,7 @@ def fetch(hub, kind, area, out, **kw):
     )
 
 
+@pytest.mark.process
 def test_checkpoint_lands_in_the_run_layout_through_the_cache(
     hub, tmp_path, monkeypatch
 ):
@@ -89,6 +90,7 @@ def test_checkpoint_lands_in_the_run_layout_through_the_cache(
     assert not [r for r in hub.requests if r[0] == "GET"][1:]  # one download
 
 
+@pytest.mark.process
 def test_no_network_and_nothing_cached_says_so(hub, tmp_path, monkeypatch):
     from huggingface_hub.utils import _http
 
@@ -107,6 +109,7 @@ def test_no_network_and_nothing_cached_says_so(hub, tmp_path, monkeypatch):
     )
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "kind, area, match",
     [
@@ -122,6 +125,7 @@ def test_bad_checkpoint_fails_and_leaves_nothing(hub, tmp_path, kind, area, matc
     assert not out.exists()
 
 
+@pytest.mark.process
 def test_interrupted_checkpoint_transfer_is_redone(hub, tmp_path, capsys):
     path = hub_path(REPO_ID, "diffusion/onoff/V1/final_model.pt")
     hub.cut_next[path] = 5000
@@ -212,6 +216,7 @@ def lock_owner_and_mode() -> tuple[str, str]:
     return getpass.getuser(), "-r--r--r--"
 
 
+@pytest.mark.process
 def test_a_shared_cache_lock_this_user_cannot_write_is_not_a_failure(hub, shared_cache):
     cache, lock = shared_cache
     out = cache.parent / "runs/encoders/onoff/V1/best_model.pt"
@@ -240,6 +245,7 @@ def test_a_shared_cache_lock_this_user_cannot_write_is_not_a_failure(hub, shared
     assert stat.filemode(lock.stat().st_mode) == mode
 
 
+@pytest.mark.process
 def test_a_failed_private_download_says_both_in_one_line(hub, shared_cache):
     cache, lock = shared_cache
     owner, _ = lock_owner_and_mode()

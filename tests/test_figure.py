@@ -104,6 +104,7 @@ def test_title_says_how_the_draws_were_seeded(metrics, seeds, words):
     assert "\n" not in plot_fig4de(metrics)._suptitle.get_text()
 
 
+@pytest.mark.process
 def test_the_figure_is_drawn_whatever_mplbackend_says(tmp_path):
     """A backend name this matplotlib does not know (a notebook kernel's, say)."""
     import subprocess

@@ -116,6 +116,7 @@ def test_the_default_lock_folder_is_local_whatever_tmpdir(tmp_path, monkeypatch)
     assert expected.stat().st_uid == os.getuid()
 
 
+@pytest.mark.workflow
 def test_a_local_run_on_a_folder_without_locks_stops_before_any_job(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
@@ -199,6 +200,7 @@ def test_an_old_style_slice_id_names_its_files(tmp_path, monkeypatch):
     assert (tmp_path / f"gpuMIG-GPU-{SLICE_A[4:]}_7_0.lock").is_file()
 
 
+@pytest.mark.process
 def test_slices_listed_by_nvidia_smi(tmp_path, monkeypatch):
     """Without CUDA_VISIBLE_DEVICES: GPU 0 split in two slices, GPU 1 whole (the
     layout of ``nvidia-smi -L``, NVIDIA's MIG User Guide)."""
@@ -255,6 +257,7 @@ def seen_hook(tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIGEOM_GPU_LOCK_DIR", str(tmp_path / "locks"))
 
 
+@pytest.mark.workflow
 def test_each_slice_has_its_own_warm_worker_narrowed_to_it(seen_hook, tmp_path):
     from multigeom_workflow.compute.workers import request_estimate, slot_spec
 

@@ -39,6 +39,7 @@ def fake_gpus(tmp_path, monkeypatch):
     return dict(os.environ)
 
 
+@pytest.mark.process
 def test_no_two_jobs_hold_the_same_gpu(fake_gpus):
     def job(_):
         out = subprocess.run(
@@ -61,6 +62,7 @@ def test_no_two_jobs_hold_the_same_gpu(fake_gpus):
             assert end <= start, f"two jobs held GPU {gpu} at once"
 
 
+@pytest.mark.process
 def test_a_killed_job_frees_its_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     monkeypatch.setenv("MULTIGEOM_GPU_LOCK_DIR", str(tmp_path))
@@ -83,6 +85,7 @@ def test_a_killed_job_frees_its_gpu(tmp_path, monkeypatch):
     assert json.loads(out)["gpu"] == "5"
 
 
+@pytest.mark.process
 def test_visible_gpus(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 5")
     assert visible_gpu_ids() == ["2", "5"]
@@ -113,6 +116,7 @@ def test_asking_for_a_gpu_that_is_not_there(fake_gpus):
         assert (slot.slot_id, slot.device) == ("3", "cuda:3")
 
 
+@pytest.mark.workflow
 def test_workflow_plans_one_gpu_per_image_job(tmp_path):
     env = {"CUDA_VISIBLE_DEVICES": "0,1,2"}
     result = run_snakemake(tmp_path, "-n", "--config", "device=auto", env=env)
@@ -127,6 +131,7 @@ def test_workflow_plans_one_gpu_per_image_job(tmp_path):
     assert "here (cuda): 2 worker(s) (--resources gpu)" in limited.stderr
 
 
+@pytest.mark.workflow
 def test_no_gpu_is_said_in_one_line(tmp_path):
     env = {"CUDA_VISIBLE_DEVICES": ""}
     result = run_snakemake(tmp_path, "-n", "--config", "device=auto", env=env)
@@ -139,6 +144,7 @@ def test_no_gpu_is_said_in_one_line(tmp_path):
     assert "gpu=1" not in result.stdout
 
 
+@pytest.mark.workflow
 def test_an_explicit_gpu_without_gpu_stops_a_local_run(tmp_path):
     """device: cuda, no GPU: the dry run says so, a local run stops before any job."""
     env = {"CUDA_VISIBLE_DEVICES": ""}
@@ -155,6 +161,7 @@ def test_an_explicit_gpu_without_gpu_stops_a_local_run(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.workflow
 def test_bare_profile_names_after_install(tmp_path):
     target = tmp_path / "xdg" / "snakemake"
     links = install_profiles(REPO / "profiles", target)

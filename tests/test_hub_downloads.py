@@ -119,6 +119,7 @@ def verified_blobs(server) -> dict[str, bool]:
     }
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 def test_a_stalled_transfer_is_stopped_and_resumed(server, tmp_path, capsys):
     server.stall_next[PATH] = 1_500_000  # 1 MiB written by the child, then nothing
@@ -136,6 +137,7 @@ def test_a_stalled_transfer_is_stopped_and_resumed(server, tmp_path, capsys):
     assert verified_blobs(server) == {ETAG: True}
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 def test_three_stalls_end_in_one_line_the_last_without_xet(server, tmp_path, capsys):
     server.stall_next[PATH] = [1000, 1000, 1000]
@@ -162,6 +164,7 @@ def test_three_stalls_end_in_one_line_the_last_without_xet(server, tmp_path, cap
     assert len(gets(server)) == 3
 
 
+@pytest.mark.process
 def test_the_child_given_the_setting_has_xet_off():
     """What the third try's environment does: huggingface_hub reads
     ``HF_HUB_DISABLE_XET`` at its import (``constants.py``), and `is_xet_available`
@@ -178,6 +181,7 @@ def test_the_child_given_the_setting_has_xet_off():
     assert done.stdout.strip() == "False", done.stderr[-2000:]
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 def test_a_stale_lock_left_by_a_killed_download_is_removed(
     server, tmp_path, monkeypatch, capsys
@@ -209,6 +213,7 @@ def this_process() -> str:
     return f"process {os.getpid()} ({getpass.getuser()}, {comm})"
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("how", ["flock", "soft marker"])
 def test_a_lock_held_by_a_live_process_is_waited_for_then_bypassed(
@@ -246,6 +251,7 @@ def test_a_lock_held_by_a_live_process_is_waited_for_then_bypassed(
     )
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 def test_a_damaged_cached_blob_is_downloaded_again_before_use(server, tmp_path, capsys):
     # One byte changed in the cached blob: a damaged disk, or a download that went
@@ -275,6 +281,7 @@ def test_a_damaged_cached_blob_is_downloaded_again_before_use(server, tmp_path, 
     assert len(gets(server)) == 3
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 def test_a_copy_that_is_not_the_hubs_twice_stops_with_one_line(server, tmp_path):
     # A server (or a proxy on the way) whose bytes are not the file its etag names.
@@ -300,6 +307,7 @@ def test_a_copy_that_is_not_the_hubs_twice_stops_with_one_line(server, tmp_path)
     assert not list(server.blobs.iterdir())  # nothing damaged left in the cache
 
 
+@pytest.mark.process
 @pytest.mark.timeout(60)
 def test_two_downloads_at_once_where_locks_do_nothing_both_end_verified(
     server, tmp_path, monkeypatch, capsys

@@ -86,6 +86,7 @@ def wait_for_workers_to_end(locks: Path, timeout=20.0) -> list[Path]:
     return sockets
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("workers", ["warm", "cold"])
 def test_a_killed_run_then_a_rerun(tmp_path, short_root, workers):
     root = short_root
@@ -178,6 +179,7 @@ def test_a_killed_run_then_a_rerun(tmp_path, short_root, workers):
         assert "Traceback" not in logs
 
 
+@pytest.mark.workflow
 def test_local_gpu_profile_runs_one_job_per_gpu(tmp_path, short_root):
     root = short_root
     config, env = simulated_scenario(root, 4, 6)
@@ -348,6 +350,7 @@ def run_with_cuda_fault(tmp_path, root: Path, fault: str, *args: str):
     return subprocess.run(cmd, env=env, capture_output=True, text=True)
 
 
+@pytest.mark.workflow
 def test_a_worker_whose_cuda_context_fails_is_replaced(tmp_path, short_root):
     """
     The first image asked of GPU 0 raises what PyTorch raises after an illegal memory
@@ -379,6 +382,7 @@ def test_a_worker_whose_cuda_context_fails_is_replaced(tmp_path, short_root):
     assert done[0]["pid"] in starts[1:]  # not the worker whose context failed
 
 
+@pytest.mark.workflow
 def test_a_gpu_whose_context_fails_twice_is_stopped_and_the_others_go_on(
     tmp_path, short_root
 ):

@@ -20,6 +20,7 @@ from fakes import FileServer, hub_path, tinyimagenet_zip
 PAPER = REPO / "config" / "paper.yaml"
 
 
+@pytest.mark.workflow
 def test_dry_run_plans_the_paper_without_network(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -51,6 +52,7 @@ def test_dry_run_plans_the_paper_without_network(tmp_path):
     assert "resnet50-11ad3fa6.pth are missing" in warnings[1]
 
 
+@pytest.mark.workflow
 def test_real_run_without_backbone_weights_stops_before_any_job(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -99,6 +101,7 @@ def published():
     return files
 
 
+@pytest.mark.workflow
 def test_fetch_rules_run_the_paper_layout_end_to_end(tmp_path, published):
     zip_bytes = tinyimagenet_zip(12)
     files = {hub_path("lab/multigeom", k): v for k, v in published.items()}

@@ -109,6 +109,7 @@ def test_no_view_in_a_dry_run(tmp_path, monkeypatch):
     real.close()
 
 
+@pytest.mark.workflow
 def test_a_dry_run_prints_the_same_with_and_without_the_plugin(tmp_path):
     """`snakemake -n --logger multigeom` prints the lines `snakemake -n` prints (times,
     the workflow's id and command apart; Snakemake orders a job's missing files and

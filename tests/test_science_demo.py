@@ -6,12 +6,14 @@ takes half an hour or more: `.ci/science-demo`, by hand or on a schedule.
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from conftest import REPO, planned_jobs, run_snakemake
 
 SCIENCE = REPO / "config" / "demo_science.yaml"
 
 
+@pytest.mark.workflow
 def test_dry_run_plans_the_science_demo(tmp_path):
     """
     6 images of each of the 4 configurations, the first 2 twice (the noise ceiling),

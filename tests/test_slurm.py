@@ -449,6 +449,7 @@ def test_the_cap_splits_the_work_into_more_shards():
     assert one.over_cap()[0].startswith("shard-00 asks 700 min, above the cap of 600")
 
 
+@pytest.mark.process
 def test_the_paper_at_10000_images_asks_no_allocation_above_the_cap(
     tmp_path, monkeypatch
 ):
@@ -526,6 +527,7 @@ def test_a_refused_submission_is_shown_in_sbatchs_words(
     assert jobs_since(first, work) == []
 
 
+@pytest.mark.workflow
 def test_the_noise_ceiling_jobs_ask_what_estimate_image_asks(tmp_path):
     """profiles/slurm names the per-image rule once: the noise ceiling's second
     estimates get the same resources, except those set for them by name."""
@@ -558,6 +560,7 @@ def test_the_noise_ceiling_jobs_ask_what_estimate_image_asks(tmp_path):
     assert all(r.items() >= {**shared, "mem_mb": "1000"}.items() for r in second)
 
 
+@pytest.mark.workflow
 def test_slurm_is_the_executor_in_use_not_an_entry_of_the_profile(tmp_path):
     """
     A cluster with a default partition and no accounts: the profile without its

@@ -227,6 +227,7 @@ def test_the_outage_is_said_in_one_line_at_an_interval_and_its_end_too(plugin):
     ]
 
 
+@pytest.mark.process
 def test_while_sacct_fails_the_controller_gives_the_states(plugin):
     asked = []
 
@@ -251,6 +252,7 @@ def test_while_sacct_fails_the_controller_gives_the_states(plugin):
     )
 
 
+@pytest.mark.process
 def test_a_job_without_a_state_beyond_the_limit_is_looked_up_never_dropped(
     plugin, tmp_path
 ):
@@ -346,6 +348,7 @@ def test_install_lays_the_query_the_tracking_and_the_submissions_once(monkeypatc
     assert "active_jobs" in inspect.signature(wrapped.__wrapped__).parameters
 
 
+@pytest.mark.workflow
 def test_the_plugin_is_as_the_layers_read_it():
     """snakemake-executor-plugin-slurm 2.8.0: a failed query is (None, None) and
     then no job is yielded; a job missing from an answer is yielded; submissions
@@ -559,6 +562,7 @@ def test_a_submission_too_long_is_made_again_as_a_script(refusal):
     )
 
 
+@pytest.mark.process
 def test_the_wrapped_command_is_the_one_the_shell_would_run():
     """`as_script` undoes the plugin's escaping: the script runs what ``sh -c``
     gives sbatch's --wrap (here, both through a real shell)."""

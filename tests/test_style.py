@@ -14,6 +14,7 @@ import pytest
 from conftest import REPO
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "command",
     [["check", "."], ["format", "--check", "."]],
@@ -29,6 +30,7 @@ def test_ruff_is_clean(command):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.process
 def test_ruff_flags_a_public_function_without_docstring(tmp_path):
     """The docstring rules are on under src/ and off elsewhere (the config's own)."""
     (tmp_path / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())

@@ -190,6 +190,7 @@ def test_bad_file_stops_before_stage5_keeps_metrics_and_is_recomputed(tiny_copy)
     assert {p["n_images"] for p in pairs} == {2}
 
 
+@pytest.mark.process
 def test_stage5_refuses_fewer_images_than_n_images(tmp_path):
     root = tmp_path / "runs"
     files = [

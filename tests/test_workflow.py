@@ -149,6 +149,7 @@ def test_resume_recomputes_only_the_deleted_image(tiny_copy):
         assert torch.equal(redone[key], original[key]), key
 
 
+@pytest.mark.workflow
 def test_lint_has_only_the_one_environment_remark(tmp_path):
     """
     `snakemake --lint` finds nothing but its per-rule conda suggestion: the workflow

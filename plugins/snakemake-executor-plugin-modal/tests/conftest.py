@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import bound_subprocess_run
 from .modal_server import serve
+
+# Every process a test starts ends within a bound (helpers.PROCESS_TIMEOUT_S).
+bound_subprocess_run()
 
 
 def reset_modal_client() -> None:

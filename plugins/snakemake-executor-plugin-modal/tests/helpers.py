@@ -5,11 +5,53 @@ to run.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import subprocess
 import sys
 from pathlib import Path
+
+#: The longest one process started by a test may run, in seconds, when the test
+#: gives no timeout of its own (`bound_subprocess_run`): a hang fails within it,
+#: naming the command, well within the per-test bound (pytest-timeout, 600 s).
+PROCESS_TIMEOUT_S = 540
+
+
+class ProcessHung(AssertionError):
+    """A process started by a test ran past `PROCESS_TIMEOUT_S`: its command line
+    and the end of its output, so that the failure says what the test waited for."""
+
+
+def bound_subprocess_run() -> None:
+    """
+    Give every ``subprocess.run`` of this test process a timeout
+    (`PROCESS_TIMEOUT_S`) where its caller gives none; past it the process is killed
+    (``subprocess.run`` kills it on ``TimeoutExpired``) and the test fails with
+    `ProcessHung`, naming the command and the seconds. A caller's own ``timeout``
+    keeps its own ``TimeoutExpired``. Idempotent: the workflow's tests and this
+    plugin's call it both, in one process.
+    """
+    real = subprocess.run
+    if getattr(real, "bounded", False):
+        return
+
+    @functools.wraps(real)
+    def run(*popenargs, timeout=None, **kwargs):
+        if timeout is not None:
+            return real(*popenargs, timeout=timeout, **kwargs)
+        try:
+            return real(*popenargs, timeout=PROCESS_TIMEOUT_S, **kwargs)
+        except subprocess.TimeoutExpired as err:
+            out = err.stdout or err.output or b""
+            tail = out.decode(errors="replace") if isinstance(out, bytes) else out
+            raise ProcessHung(
+                f"{err.cmd!r} did not end within {PROCESS_TIMEOUT_S} s (killed); "
+                f"the end of its output: {tail[-2000:]!r}"
+            ) from None
+
+    run.bounded = True
+    subprocess.run = run
 
 
 def run_snakemake(
@@ -26,7 +68,8 @@ def run_snakemake(
     the ``modal_server`` fixture).
     Returns the CompletedProcess (text), or a Popen started with the ``popen`` options;
     ``timeout`` (seconds) stops a run that would not end (raising
-    ``subprocess.TimeoutExpired``).
+    ``subprocess.TimeoutExpired``; without it, `PROCESS_TIMEOUT_S` and
+    `ProcessHung`).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "Snakefile").write_text(snakefile)

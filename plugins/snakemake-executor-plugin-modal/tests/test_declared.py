@@ -76,6 +76,7 @@ def _run_client(server, script: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.modal_server
 def test_the_start_up_modal_receives_is_what_the_ledger_holds(tmp_path):
     """
     Every function the plugin declares, and every job bound from one, reaches

@@ -756,6 +756,7 @@ with app.run():
 )
 
 
+@pytest.mark.modal_server
 def test_client_killed_stops_its_app_and_containers(tmp_path, packages):
     """
     An ephemeral app whose client is killed (SIGKILL: no disconnect) is stopped once
@@ -895,6 +896,7 @@ with app.run():
 """
 
 
+@pytest.mark.modal_server
 def test_a_containers_view_is_fixed_until_it_reloads_and_commits_publish(tmp_path):
     """
     A container sees the volume as it was at its start until it reloads; what it
@@ -959,6 +961,7 @@ with app.run():
 """
 
 
+@pytest.mark.modal_server
 def test_gpu_calls_queue_unbilled_and_background_commits_publish(tmp_path):
     """
     A call of a GPU function waits the server's GPU queueing delay before its
@@ -1235,6 +1238,7 @@ with app.run():
 )
 
 
+@pytest.mark.modal_server
 def test_a_preempted_input_restarts_in_a_new_container(tmp_path):
     """
     Preemption once a file is committed: the container is interrupted (``SIGINT``);
@@ -1261,6 +1265,7 @@ def test_a_preempted_input_restarts_in_a_new_container(tmp_path):
         assert len(state.bill()) == 2
 
 
+@pytest.mark.modal_server
 def test_a_start_up_delay_is_billed_and_counts_against_the_start_up_timeout(
     tmp_path,
 ):
@@ -1287,6 +1292,7 @@ def test_a_start_up_delay_is_billed_and_counts_against_the_start_up_timeout(
         assert by_name["sees"].end_reason == "startup timeout"
 
 
+@pytest.mark.modal_server
 def test_a_container_started_ahead_sees_an_upload_only_after_reloading(tmp_path):
     """
     A container started ahead of its input (at the app's start) has the volume's
