@@ -256,6 +256,19 @@ def tiny_run(tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.fixture(scope="session")
+def finished_dry_run(tiny_run):
+    """
+    ``snakemake -n`` in the finished reduced demo (`tiny_run`), run once per test
+    process and read by every test that checks what a finished run plans (a dry run
+    changes nothing: tests/test_plan_count.py checks it byte for byte); the
+    CompletedProcess (text).
+    """
+    result = run_snakemake(tiny_run, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
 @pytest.fixture
 def tiny_copy(tiny_run, tmp_path) -> Path:
     """A private copy of the reduced demo's working directory (times preserved)."""
@@ -278,6 +291,7 @@ MARKERS = {
 FIXTURE_MARKERS = {
     "tiny_run": "workflow",
     "tiny_copy": "workflow",
+    "finished_dry_run": "workflow",
     "slurm_cluster": "slurm",
     "slurm_run": "slurm",
     "modal_run": "modal_server",

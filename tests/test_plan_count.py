@@ -49,9 +49,9 @@ def dry(workdir, *args, **kwargs):
     return result
 
 
-def test_finished_run_plans_nothing_and_says_so(tiny_copy):
-    result = dry(tiny_copy)
-    assert header_left(result) == 0
+def test_finished_run_plans_nothing_and_says_so(finished_dry_run):
+    result = finished_dry_run
+    assert header_left(result) == 0 == planned_per_image(result)
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
