@@ -133,6 +133,12 @@ def modal_tests(name: str):
     return importlib.import_module(f"tests.{name}")
 
 
+# The SLURM executor plugin runs `which sacct` when first imported
+# (snakemake_executor_plugin_slurm/__init__.py, `_get_status_command_default`): imported
+# here, so that no test starts that process by being the first to import it, and a
+# test's tier does not depend on the order the tests run in.
+importlib.import_module("snakemake_executor_plugin_slurm")
+
 # Every process a test starts ends within a bound where the test gives none
 # (PROCESS_TIMEOUT_S, 540 s: the Modal plugin's tests/helpers.py, one mechanism for
 # both suites); past it the test fails naming the command.
