@@ -13,7 +13,7 @@ from conftest import REPO
 PACKAGE = REPO / "src" / "multigeom_workflow"
 #: From the bottom up; one layer may hold several parts.
 LAYERS = [
-    {"settings", "atomic", "script_log", "snakemake_adapter"},
+    {"settings", "atomic", "processes", "script_log", "snakemake_adapter"},
     {"inputs"},
     {"compute"},
     {"scenario"},

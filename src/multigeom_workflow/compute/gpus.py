@@ -38,6 +38,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from ..processes import alive as _alive
 from .lock_folder import (
     LOCK_DIR_ENV,
     SlotLockError,
@@ -207,16 +208,6 @@ def stopped_gpus(run_id: str | int) -> dict[str, str]:
         except OSError:
             continue
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def clean_ended_runs() -> list[Path]:

@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..processes import alive
+
 __all__ = [
     "ATTEMPTS",
     "DEFAULT_STALL_S",
@@ -277,16 +279,6 @@ def _marker(content: str) -> tuple[int, str] | None:
     return (int(pid), host) if pid.isdigit() and host else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
-
-
 def _process(pid: int) -> Holder:
     """A live process of this machine, with its user and command name."""
     user = command = None
@@ -372,7 +364,7 @@ def _lock_state(lock: Path) -> tuple[str, Holder | None]:
         pid, host = marker
         if host != _this_host():
             return "held", Holder(pid, host=host)
-        return ("held", _process(pid)) if _alive(pid) else ("stale", None)
+        return ("held", _process(pid)) if alive(pid) else ("stale", None)
     pids = _opened_by(lock)
     return ("held", _process(pids[0])) if pids else ("stale", None)
 
