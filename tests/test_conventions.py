@@ -1,0 +1,51 @@
+"""
+The snakemake-workflows catalog's conventions: a LICENSE and a CITATION.cff that
+agree with pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import yaml
+from conftest import REPO
+
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def words(text: str) -> str:
+    """`text` with its runs of white space made one space."""
+    return " ".join(text.split())
+
+
+def test_license_is_pyprojects():
+    text = (REPO / "LICENSE").read_text()
+    assert PROJECT["license"] == "MIT"
+    assert text.startswith("MIT License\n")
+    assert re.search(r"^Copyright \(c\) 2026 \S", text, re.M), text[:200]
+
+
+def test_citation_file_has_the_keys_of_cff_1_2_0_and_pyprojects_version():
+    """
+    The keys CFF 1.2.0 requires (cff-version, message, title, authors), and those of
+    the preferred citation (type, title, authors); the version and license are
+    pyproject.toml's, the paper's title is the one the package cites
+    (settings/pairs.py). `cffconvert --validate` checks the whole schema (online).
+    """
+    from multigeom_workflow.settings import pairs
+
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0"
+    for key in ("message", "title", "authors"):
+        assert cff[key], key
+    assert all("name" in a or "family-names" in a for a in cff["authors"])
+    assert cff["version"] == PROJECT["version"]
+    assert cff["license"] == PROJECT["license"]
+    paper = cff["preferred-citation"]
+    assert paper["type"] == "article"
+    assert paper["year"] == 2026
+    families = [a["family-names"] for a in paper["authors"]]
+    assert families == ["Azeglio", "Laquitaine", "Ferrari", "Chalk"]
+    assert words(paper["title"]) in words(pairs.__doc__)
+    assert "2605.06304" in paper["url"]
