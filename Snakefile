@@ -27,6 +27,6 @@ include: "rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_outputs(),
-    default_target: True

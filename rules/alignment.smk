@@ -3,18 +3,18 @@
 
 
 rule verify_per_image_files:
-    localrule: True
     input:
         get_checked_files,
     output:
         LAYOUT.per_image_checked,
+    log:
+        "logs/verify_per_image_files.log",
+    localrule: True
     params:
         expected=get_expected_per_image(),
         image_files=SCENARIO.test_image_files[: SCENARIO.n_images],
         # the list's form: a list of another form is written again (verify.py)
         list_columns=CHECKED_LIST_COLUMNS,
-    log:
-        "logs/verify_per_image_files.log",
     script:
         "../scripts/verify_per_image_files.py"
 
@@ -23,7 +23,6 @@ rule verify_per_image_files:
 # the check found good, and one input instead of every per-image file (each input of
 # each rule costs Snakemake time per file when it plans; rule all lists them).
 rule align_configs:
-    localrule: True
     input:
         checked=rules.verify_per_image_files.output[0],
     output:
@@ -33,10 +32,11 @@ rule align_configs:
             category="Stage 5",
             labels={"table": "metrics file (JSON)"},
         ),
+    log:
+        "logs/align_configs.log",
+    localrule: True
     params:
         max_k=SCENARIO.top_k,
         n_images=SCENARIO.n_images,
-    log:
-        "logs/align_configs.log",
     script:
         "../scripts/align_configs.py"

@@ -145,11 +145,7 @@ def get_ceiling_files(kind):
 def get_truth_files():
     """The ground-truth files of the demo areas of the run, first n_images images."""
     areas = dict.fromkeys(c.area for c in DEMO_CONFIGS)
-    return [
-        LAYOUT.truth_file(a, i)
-        for a in areas
-        for i in range(SCENARIO.n_images)
-    ]
+    return [LAYOUT.truth_file(a, i) for a in areas for i in range(SCENARIO.n_images)]
 
 
 def get_science_outputs():
@@ -163,10 +159,7 @@ def get_science_outputs():
     if EIGENVECTOR_IMAGES:  # rules/figures.smk: needs no comparison
         out += [LAYOUT.result("eigenvectors.png"), LAYOUT.result("eigenvectors.pdf")]
     if DEMO_CONFIGS:
-        out += [
-            LAYOUT.conditioning_report(c.encoder, c.area)
-            for c in DEMO_CONFIGS
-        ]
+        out += [LAYOUT.conditioning_report(c.encoder, c.area) for c in DEMO_CONFIGS]
         out += [LAYOUT.result("ground_truth.png"), LAYOUT.result("ground_truth.pdf")]
     return out
 

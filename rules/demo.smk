@@ -14,56 +14,52 @@ hooks.say_encoder_warnings(RUN, DEMO["min_val_corr"], SCIENCE_FIGURES)
 
 
 rule export_demo_photos:
-    localrule: True
     output:
-        [
-            LAYOUT.demo_test_image(i)
-            for i in range(len(DEMO_TEST_PHOTOS))
-        ],
+        [LAYOUT.demo_test_image(i) for i in range(len(DEMO_TEST_PHOTOS))],
     log:
         "logs/export_demo_photos.log",
     benchmark:
         "logs/benchmarks/export_demo_photos/run.tsv"
+    localrule: True
     script:
         "../scripts/export_demo_photos.py"
 
 
 rule cut_training_crops:
-    localrule: True
     output:
         f"{RUNS}/demo/train_crops.pt",
-    params:
-        n_crops=DEMO["n_train_crops"],
-        seed=DEMO["seed"],
     log:
         "logs/cut_training_crops.log",
     benchmark:
         "logs/benchmarks/cut_training_crops/run.tsv"
+    localrule: True
+    params:
+        n_crops=DEMO["n_train_crops"],
+        seed=DEMO["seed"],
     script:
         "../scripts/cut_training_crops.py"
 
 
 rule simulate_area:
-    localrule: True
     input:
         crops=rules.cut_training_crops.output[0],
     output:
         f"{RUNS}/demo/areas/{{area}}.pt",
-    wildcard_constraints:
-        area="|".join(DEMO_AREAS),
-    params:
-        seed=DEMO["seed"],
-        noise_sigma=DEMO["noise_sigma"],
     log:
         "logs/simulate_area/{area}.log",
     benchmark:
         "logs/benchmarks/simulate_area/{area}.tsv"
+    wildcard_constraints:
+        area="|".join(DEMO_AREAS),
+    localrule: True
+    params:
+        seed=DEMO["seed"],
+        noise_sigma=DEMO["noise_sigma"],
     script:
         "../scripts/simulate_area.py"
 
 
 rule fit_demo_encoder:
-    localrule: True
     input:
         crops=rules.cut_training_crops.output[0],
         area=rules.simulate_area.output[0],
@@ -72,9 +68,15 @@ rule fit_demo_encoder:
     output:
         encoder=LAYOUT.encoder_ckpt_pattern,
         report=LAYOUT.fit_report("{encoder}", "{area}"),
+    log:
+        "logs/fit_demo_encoder/{encoder}/{area}.log",
+    benchmark:
+        "logs/benchmarks/fit_demo_encoder/{encoder}/{area}.tsv"
     wildcard_constraints:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
+    localrule: True
+    threads: 1
     params:
         epochs=DEMO["readout_epochs"],
         lr=DEMO["readout_lr"],
@@ -83,49 +85,49 @@ rule fit_demo_encoder:
         backbone_lr=DEMO["backbone_lr"],
         backbone_batch_size=DEMO["backbone_batch_size"],
         backbone_readout_lr=DEMO["backbone_readout_lr"],
-    log:
-        "logs/fit_demo_encoder/{encoder}/{area}.log",
-    benchmark:
-        "logs/benchmarks/fit_demo_encoder/{encoder}/{area}.tsv"
-    threads: 1
     script:
         "../scripts/fit_demo_encoder.py"
 
 
 rule train_demo_diffusion:
-    localrule: True
     input:
         crops=rules.cut_training_crops.output[0],
         encoder=rules.fit_demo_encoder.output.encoder,
     output:
         LAYOUT.diffusion_ckpt_pattern,
-    wildcard_constraints:
-        encoder="|".join(DEMO_ENCODERS),
-        area="|".join(DEMO_AREAS),
-    params:
-        # train.seed per configuration with demo.diffusion_seeds: per_configuration
-        diffusion=lambda w: demo_diffusion_params(w.encoder, w.area),
     log:
         "logs/train_demo_diffusion/{encoder}/{area}.log",
     benchmark:
         "logs/benchmarks/train_demo_diffusion/{encoder}/{area}.tsv"
+    wildcard_constraints:
+        encoder="|".join(DEMO_ENCODERS),
+        area="|".join(DEMO_AREAS),
+    localrule: True
     threads: 1
+    params:
+        # train.seed per configuration with demo.diffusion_seeds: per_configuration
+        diffusion=lambda w: demo_diffusion_params(w.encoder, w.area),
     script:
         "../scripts/train_demo_diffusion.py"
 
 
+# How much each diffusion model's prediction depends on the responses, at the
+# estimator's timesteps, on held-out crops (demo.conditioning_sensitivity): every
+# demo configuration's in one job (each takes a few seconds, the process's start
+# and imports as many).
 rule check_conditioning:
-    # How much each diffusion model's prediction depends on the responses, at the
-    # estimator's timesteps, on held-out crops (demo.conditioning_sensitivity): every
-    # demo configuration's in one job (each takes a few seconds, the process's start
-    # and imports as many).
-    localrule: True
     input:
         crops=rules.cut_training_crops.output[0],
         encoders=[c.encoder_ckpt for c in DEMO_CONFIGS],
         diffusions=[c.diffusion_ckpt for c in DEMO_CONFIGS],
     output:
         [LAYOUT.conditioning_report(c.encoder, c.area) for c in DEMO_CONFIGS],
+    log:
+        "logs/check_conditioning/run.log",
+    benchmark:
+        "logs/benchmarks/check_conditioning/run.tsv"
+    localrule: True
+    threads: 1
     params:
         # what it reads of the estimator, and nothing else (a change of n_samples
         # changes no result here)
@@ -135,33 +137,28 @@ rule check_conditioning:
         n_images=16,
         # the (encoder, area) of each output, in their order
         configurations=[[c.encoder, c.area] for c in DEMO_CONFIGS],
-    log:
-        "logs/check_conditioning/run.log",
-    benchmark:
-        "logs/benchmarks/check_conditioning/run.tsv"
-    threads: 1
     script:
         "../scripts/check_conditioning.py"
 
 
+# The ground truth: the Fisher information of a demo area's GaborTeacher at each of
+# the first n_images test images (a file per image, like the estimates), in one job
+# per area: each image takes a fraction of a second, the process's start seconds.
 rule area_fisher:
-    # The ground truth: the Fisher information of a demo area's GaborTeacher at each of
-    # the first n_images test images (a file per image, like the estimates), in one job
-    # per area: each image takes a fraction of a second, the process's start seconds.
-    localrule: True
     input:
         area=rules.simulate_area.output[0],
         images=SCENARIO.test_image_files[: SCENARIO.n_images],
     output:
         [LAYOUT.truth_file("{area}", i) for i in range(SCENARIO.n_images)],
-    wildcard_constraints:
-        area="|".join(DEMO_AREAS),
-    params:
-        top_k=SCENARIO.top_k,
     log:
         "logs/area_fisher/{area}.log",
     benchmark:
         "logs/benchmarks/area_fisher/{area}.tsv"
+    wildcard_constraints:
+        area="|".join(DEMO_AREAS),
+    localrule: True
     threads: 1
+    params:
+        top_k=SCENARIO.top_k,
     script:
         "../scripts/area_fisher.py"

@@ -27,6 +27,13 @@ rule estimate_image:
         unpack(get_estimate_inputs),
     output:
         LAYOUT.per_image_pattern,
+    log:
+        LAYOUT.job_log_pattern("estimate_image"),
+    group:
+        get_shard if RUN.sharded else None
+    threads: 1
+    resources:
+        **hooks.estimate_resources(RUN),
     params:
         # the configuration's seed applied (config key monte_carlo_seeds; shared: one
         # dict for all, no function to call per job)
@@ -36,12 +43,5 @@ rule estimate_image:
             else get_estimator
         ),
         diffusion=DIFFUSION_PARAMS,
-    log:
-        LAYOUT.job_log_pattern("estimate_image"),
-    group:
-        get_shard if RUN.sharded else None
-    threads: 1
-    resources:
-        **hooks.estimate_resources(RUN),
     shell:
         ESTIMATE_IMAGE_SHELL

@@ -15,40 +15,40 @@ TEST_IMAGES = config["test_images"]
 if HUB["source"] == "hub":
 
     rule fetch_encoder:
-        localrule: True
         output:
             LAYOUT.encoder_ckpt_pattern,
+        log:
+            "logs/fetch_encoder/{encoder}/{area}.log",
         wildcard_constraints:
             encoder="|".join(PAPER_ENCODERS),
             area="|".join(PAPER_AREAS),
+        # It tries again itself (a transfer that stalls or breaks, a damaged cache:
+        # inputs/hub.py) and ends with one line; a retry here would only hold the run.
+        retries: 0
+        localrule: True
         params:
             kind="encoders",
             repo_id=HUB["repo_id"],
             revision=HUB["revision"],
-        log:
-            "logs/fetch_encoder/{encoder}/{area}.log",
-        # It tries again itself (a transfer that stalls or breaks, a damaged cache:
-        # inputs/hub.py) and ends with one line; a retry here would only hold the run.
-        retries: 0
         script:
             "../scripts/fetch_checkpoint.py"
 
     rule fetch_diffusion:
-        localrule: True
         output:
             LAYOUT.diffusion_ckpt_pattern,
+        log:
+            "logs/fetch_diffusion/{encoder}/{area}.log",
         wildcard_constraints:
             encoder="|".join(PAPER_ENCODERS),
             area="|".join(PAPER_AREAS),
+        # It tries again itself (a transfer that stalls or breaks, a damaged cache:
+        # inputs/hub.py) and ends with one line; a retry here would only hold the run.
+        retries: 0
+        localrule: True
         params:
             kind="diffusion",
             repo_id=HUB["repo_id"],
             revision=HUB["revision"],
-        log:
-            "logs/fetch_diffusion/{encoder}/{area}.log",
-        # It tries again itself (a transfer that stalls or breaks, a damaged cache:
-        # inputs/hub.py) and ends with one line; a retry here would only hold the run.
-        retries: 0
         script:
             "../scripts/fetch_checkpoint.py"
 
@@ -56,29 +56,29 @@ if HUB["source"] == "hub":
 if SCENARIO.test_source == "tinyimagenet" and TEST_IMAGES["download"]:
 
     rule download_tinyimagenet:
-        localrule: True
         output:
             f"{TEST_IMAGES['path']}/{TINYIMAGENET_DIR}.zip",
-        params:
-            urls=TEST_IMAGES["urls"],
-            expected_bytes=TEST_IMAGES["archive_bytes"],
         log:
             "logs/download_tinyimagenet.log",
         # It tries again itself (a transfer that stalls or breaks, a damaged cache:
         # inputs/hub.py) and ends with one line; a retry here would only hold the run.
         retries: 0
+        localrule: True
+        params:
+            urls=TEST_IMAGES["urls"],
+            expected_bytes=TEST_IMAGES["archive_bytes"],
         script:
             "../scripts/download_tinyimagenet.py"
 
     rule extract_test_image:
-        localrule: True
         input:
             archive=rules.download_tinyimagenet.output[0],
         output:
             f"{TEST_IMAGES['path']}/{TINYIMAGENET_DIR}/val/images/{{name}}.JPEG",
-        wildcard_constraints:
-            name=r"val_\d+",
         log:
             "logs/extract_test_image/{name}.log",
+        wildcard_constraints:
+            name=r"val_\d+",
+        localrule: True
         script:
             "../scripts/extract_test_image.py"

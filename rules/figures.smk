@@ -2,10 +2,9 @@
 
 
 rule plot_fig4de:
-    localrule: True
     input:
-        metrics=rules.align_configs.output[0],
         **({"ceiling": rules.align_ceiling.output[0]} if CEILING_IMAGES else {}),
+        metrics=rules.align_configs.output[0],
     output:
         png=report(
             LAYOUT.result("fig4de.png"),
@@ -14,12 +13,13 @@ rule plot_fig4de:
             labels={"figure": "Fig. 4D-E"},
         ),
         pdf=LAYOUT.result("fig4de.pdf"),
-    params:
-        seeds=SCENARIO.monte_carlo_seeds,  # said in the figure's title
     log:
         "logs/plot_fig4de.log",
     benchmark:
         "logs/benchmarks/plot_fig4de/run.tsv"
+    localrule: True
+    params:
+        seeds=SCENARIO.monte_carlo_seeds,  # said in the figure's title
     script:
         "../scripts/plot_fig4de.py"
 
@@ -31,13 +31,7 @@ rule plot_fig4de:
 
 
 rule plot_eigenvectors:
-    localrule: True
     input:
-        first=[
-            SCENARIO.per_image_file(c.encoder, c.area, i)
-            for i in range(EIGENVECTOR_IMAGES)
-            for c in SCENARIO.configurations
-        ],
         **(
             {
                 "second": [
@@ -49,6 +43,11 @@ rule plot_eigenvectors:
             if min(EIGENVECTOR_IMAGES, CEILING_IMAGES)
             else {}
         ),
+        first=[
+            SCENARIO.per_image_file(c.encoder, c.area, i)
+            for i in range(EIGENVECTOR_IMAGES)
+            for c in SCENARIO.configurations
+        ],
     output:
         png=report(
             LAYOUT.result("eigenvectors.png"),
@@ -57,11 +56,12 @@ rule plot_eigenvectors:
             labels={"figure": "Eigenvectors"},
         ),
         pdf=LAYOUT.result("eigenvectors.pdf"),
-    params:
-        n_vectors=EIGENVECTORS_DRAWN,  # per matrix (G, its second estimate, J)
     log:
         "logs/plot_eigenvectors.log",
     benchmark:
         "logs/benchmarks/plot_eigenvectors/run.tsv"
+    localrule: True
+    params:
+        n_vectors=EIGENVECTORS_DRAWN,  # per matrix (G, its second estimate, J)
     script:
         "../scripts/plot_eigenvectors.py"

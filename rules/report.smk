@@ -5,7 +5,6 @@
 
 
 rule summarize_run:
-    localrule: True
     input:
         metrics=rules.align_configs.output[0],
         checked=rules.verify_per_image_files.output[0],  # the per-image files
@@ -29,6 +28,9 @@ rule summarize_run:
             category="Run",
             labels={"table": "settings"},
         ),
+    log:
+        "logs/summarize_run.log",
+    localrule: True
     params:
         configurations=[[c.encoder, c.area] for c in SCENARIO.configurations],
         settings_files=canonical(
@@ -37,7 +39,5 @@ rule summarize_run:
                 "diffusion": str(SCENARIO.diffusion_file),
             }
         ),
-    log:
-        "logs/summarize_run.log",
     script:
         "../scripts/summarize_run.py"

@@ -10,11 +10,11 @@ use rule estimate_image as estimate_image_ceiling with:
     # seed + 10**6 + i: a second, independent Monte-Carlo estimate of image i.
     output:
         LAYOUT.ceiling_pattern,
+    log:
+        LAYOUT.job_log_pattern("estimate_image_ceiling"),
     params:
         estimator=canonical(ceiling_estimator(SCENARIO.estimator)),
         diffusion=DIFFUSION_PARAMS,
-    log:
-        LAYOUT.job_log_pattern("estimate_image_ceiling"),
 
 
 # A profile's `set-resources` for estimate_image hold for these jobs too; what Snakemake
@@ -23,43 +23,42 @@ hooks.settle_per_image_rules(workflow, "estimate_image_ceiling")
 
 
 rule align_ceiling:
-    localrule: True
     input:
         first=get_ceiling_files("first"),
         second=get_ceiling_files("second"),
         checked=rules.verify_per_image_files.output[0],  # both estimates are good
     output:
         LAYOUT.noise_ceiling,
-    params:
-        max_k=SCENARIO.top_k,
     log:
         "logs/align_ceiling.log",
     benchmark:
         "logs/benchmarks/align_ceiling/run.tsv"
+    localrule: True
+    params:
+        max_k=SCENARIO.top_k,
     script:
         "../scripts/align_ceiling.py"
 
 
 rule align_truth:
-    localrule: True
     input:
         per_image=[f for c in DEMO_CONFIGS for f in SCENARIO.per_image_files(c)],
         truth=get_truth_files(),
         checked=rules.verify_per_image_files.output[0],  # the per-image files are good
     output:
         LAYOUT.truth_metrics,
-    params:
-        max_k=SCENARIO.top_k,
     log:
         "logs/align_truth.log",
     benchmark:
         "logs/benchmarks/align_truth/run.tsv"
+    localrule: True
+    params:
+        max_k=SCENARIO.top_k,
     script:
         "../scripts/align_truth.py"
 
 
 rule plot_ground_truth:
-    localrule: True
     input:
         truth=rules.align_truth.output[0],
     output:
@@ -74,5 +73,6 @@ rule plot_ground_truth:
         "logs/plot_ground_truth.log",
     benchmark:
         "logs/benchmarks/plot_ground_truth/run.tsv"
+    localrule: True
     script:
         "../scripts/plot_ground_truth.py"

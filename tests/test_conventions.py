@@ -1,13 +1,16 @@
 """
 The snakemake-workflows catalog's conventions: a LICENSE and a CITATION.cff that
-agree with pyproject.toml.
+agree with pyproject.toml, and the rule files as snakefmt writes them.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
+from io import StringIO
 
+import pytest
 import yaml
 from conftest import REPO
 
@@ -49,3 +52,42 @@ def test_citation_file_has_the_keys_of_cff_1_2_0_and_pyprojects_version():
     assert families == ["Azeglio", "Laquitaine", "Ferrari", "Chalk"]
     assert words(paper["title"]) in words(pairs.__doc__)
     assert "2605.06304" in paper["url"]
+
+
+#: The files snakefmt formats (`snakefmt rules Snakefile`).
+RULE_FILES = [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]
+
+
+def snakefmt(text: str) -> str:
+    """
+    `text` as ``snakefmt`` (its command's defaults: directives sorted, shell
+    strings formatted, black's settings from pyproject.toml) writes it, in this
+    process.
+    """
+    from snakefmt.formatter import Formatter
+    from snakefmt.parser.parser import Snakefile
+
+    formatter = Formatter(
+        Snakefile(StringIO(text)),
+        sort_directives=True,
+        format_shell=True,
+        black_config_file=REPO / "pyproject.toml",
+    )
+    return formatter.get_formatted()
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
+def test_rule_files_are_formatted_by_snakefmt(path):
+    """`snakefmt --check rules Snakefile` would change nothing."""
+    text = path.read_text()
+    diff = difflib.unified_diff(
+        text.splitlines(), snakefmt(text).splitlines(), lineterm="", n=1
+    )
+    changes = "\n".join(diff)
+    assert not changes, f"`snakefmt rules Snakefile` changes {path.name}:\n{changes}"
+
+
+def test_snakefmt_check_sees_a_directive_out_of_order():
+    """The check above can fail: ``localrule`` before ``input`` is moved."""
+    rule = 'rule a:\n    localrule: True\n    input:\n        "x",\n'
+    assert snakefmt(rule) == 'rule a:\n    input:\n        "x",\n    localrule: True\n'
