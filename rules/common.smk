@@ -12,7 +12,10 @@ try:
     from multigeom_workflow.settings.files import timestep_grid
     from multigeom_workflow.settings.identity import canonical
     from multigeom_workflow.settings.layout import WILDCARD_CONSTRAINTS
-    from multigeom_workflow.settings.seeds import configuration_diffusion
+    from multigeom_workflow.settings.seeds import (
+        ceiling_estimator,
+        configuration_diffusion,
+    )
 except ImportError as err:
     raise WorkflowError(
         f"the workflow's packages are not installed ({err}): run `pip install -e . "
@@ -52,7 +55,7 @@ def demo_diffusion_params(encoder, area):
     """
     return canonical(
         configuration_diffusion(
-            SCENARIO.diffusion, encoder, area, DEMO["diffusion_seeds"]
+            SCENARIO.diffusion_of(encoder, area), encoder, area, DEMO["diffusion_seeds"]
         )
     )
 
@@ -92,7 +95,10 @@ def get_expected_per_image():
 
     from multigeom_workflow.results.verify import Expected
 
-    return canonical(asdict(Expected.of_scenario(SCENARIO)))
+    expected = asdict(Expected.of_scenario(SCENARIO))
+    if not expected["configurations"]:  # the record of runs without any
+        del expected["configurations"]
+    return canonical(expected)
 
 
 def get_estimate_inputs(wildcards):
@@ -109,17 +115,39 @@ def get_estimate_inputs(wildcards):
     }
 
 
-# The estimator settings of each configuration's per-image jobs: the run's, with the
-# configuration's seed (config key monte_carlo_seeds; shared: the run's seed, one dict).
+# The settings of each configuration's per-image jobs: its estimator (its own or the
+# run's) with its seed (config key monte_carlo_seeds), and its diffusion settings. When
+# every configuration takes the run's settings and shared seeds, the rules hold one
+# dict for all (no function to call per job).
 ESTIMATORS = {
     (c.encoder, c.area): canonical(SCENARIO.estimator_of(c.encoder, c.area))
     for c in SCENARIO.configurations
 }
+DIFFUSIONS = {
+    (c.encoder, c.area): canonical(c.diffusion) for c in SCENARIO.configurations
+}
+CEILING_ESTIMATORS = {
+    (c.encoder, c.area): canonical(ceiling_estimator(c.estimator))
+    for c in SCENARIO.configurations
+}
+ONE_ESTIMATOR = (
+    SCENARIO.monte_carlo_seeds == "shared" and not SCENARIO.settings_per_configuration
+)
 
 
 def get_estimator(wildcards):
     """The estimator settings of a per-image job (its configuration's seed applied)."""
     return ESTIMATORS[(wildcards.encoder, wildcards.area)]
+
+
+def get_diffusion(wildcards):
+    """The diffusion settings of a per-image job's configuration."""
+    return DIFFUSIONS[(wildcards.encoder, wildcards.area)]
+
+
+def get_ceiling_estimator(wildcards):
+    """The estimator settings of a noise-ceiling job (the ceiling's seed applied)."""
+    return CEILING_ESTIMATORS[(wildcards.encoder, wildcards.area)]
 
 
 def get_shard(wildcards):

@@ -129,6 +129,23 @@ rule check_conditioning:
     localrule: True
     threads: 1
     params:
+        # configurations with settings of their own: each one's (the three below)
+        **(
+            {
+                "per_configuration": [
+                    canonical(
+                        {
+                            "diffusion": c.diffusion,
+                            "timesteps": list(timestep_grid(c.estimator)),
+                            "sigma": c.sigma,
+                        }
+                    )
+                    for c in DEMO_CONFIGS
+                ]
+            }
+            if SCENARIO.settings_per_configuration
+            else {}
+        ),
         # what it reads of the estimator, and nothing else (a change of n_samples
         # changes no result here)
         timesteps=list(timestep_grid(SCENARIO.estimator)),

@@ -35,13 +35,10 @@ rule estimate_image:
     resources:
         **hooks.estimate_resources(RUN),
     params:
-        # the configuration's seed applied (config key monte_carlo_seeds; shared: one
-        # dict for all, no function to call per job)
-        estimator=(
-            ESTIMATOR_PARAMS
-            if SCENARIO.monte_carlo_seeds == "shared"
-            else get_estimator
-        ),
-        diffusion=DIFFUSION_PARAMS,
+        # the configuration's settings and seed (config keys configs[i].estimator,
+        # .diffusion, .sigma, monte_carlo_seeds; all alike: one dict for all, no
+        # function to call per job)
+        estimator=ESTIMATOR_PARAMS if ONE_ESTIMATOR else get_estimator,
+        diffusion=DIFFUSION_PARAMS if ONE_ESTIMATOR else get_diffusion,
     shell:
         ESTIMATE_IMAGE_SHELL

@@ -33,10 +33,17 @@ rule summarize_run:
     localrule: True
     params:
         configurations=[[c.encoder, c.area] for c in SCENARIO.configurations],
+        # the run's settings files, and those of configurations with their own
         settings_files=canonical(
             {
                 "estimator": str(SCENARIO.estimator_file),
                 "diffusion": str(SCENARIO.diffusion_file),
+                **{
+                    f"configs[{i}].{key}": str(getattr(c, f"{key}_file"))
+                    for i, c in enumerate(SCENARIO.configurations)
+                    for key in ("estimator", "diffusion")
+                    if key in c.own
+                },
             }
         ),
     script:

@@ -2,8 +2,6 @@
 # first `noise_ceiling_images` images of every configuration, other seeds) and, for the
 # demo's synthetic areas, the ground truth (each area's own Fisher information).
 
-from multigeom_workflow.settings.seeds import ceiling_estimator
-
 
 use rule estimate_image as estimate_image_ceiling with:
     # The per-image job of rules/estimate.smk, with the estimator seeded with
@@ -13,8 +11,16 @@ use rule estimate_image as estimate_image_ceiling with:
     log:
         LAYOUT.job_log_pattern("estimate_image_ceiling"),
     params:
-        estimator=canonical(ceiling_estimator(SCENARIO.estimator)),
-        diffusion=DIFFUSION_PARAMS,
+        estimator=(
+            canonical(ceiling_estimator(SCENARIO.estimator))
+            if not SCENARIO.settings_per_configuration
+            else get_ceiling_estimator
+        ),
+        diffusion=(
+            DIFFUSION_PARAMS
+            if not SCENARIO.settings_per_configuration
+            else get_diffusion
+        ),
 
 
 # A profile's `set-resources` for estimate_image hold for these jobs too; what Snakemake

@@ -19,5 +19,6 @@ with job_log(snakemake.log[0]):
         params.timesteps,
         float(params.sigma),
         load_models=load_models,
+        per_configuration=getattr(params, "per_configuration", None),
     ):
         print(result)

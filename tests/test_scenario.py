@@ -141,13 +141,32 @@ def test_own_checkpoints_of_a_paper_area(tmp_path, monkeypatch):
         load_scenario(config(configs=[entry]), REPO)
 
 
-def test_schema_allows_the_encoders_and_areas_the_scenario_knows():
-    from multigeom_workflow.settings.names import AREAS, ENCODERS
+def test_schema_allows_any_label_the_rules_match_and_upstreams_architectures():
+    import re
+
+    import multigeom.encoders.backbones  # noqa: F401  (registers upstream's backbones)
+    from multigeom.encoders.reference import REFERENCE_ENCODERS
+    from multigeom.encoders.registry import BACKBONES
+    from multigeom_workflow.settings.layout import WILDCARD_CONSTRAINTS
+    from multigeom_workflow.settings.names import (
+        ARCHITECTURES,
+        AREAS,
+        ENCODERS,
+        default_architecture,
+    )
 
     schema = yaml.safe_load(Path(SCHEMA).read_text())
     entry = schema["$defs"]["configuration"]["properties"]
-    assert sorted(entry["encoder"]["enum"]) == sorted(ENCODERS)
-    assert sorted(entry["area"]["enum"]) == sorted(AREAS)
+    for key in ("encoder", "area"):
+        assert entry[key]["pattern"] == f"^{WILDCARD_CONSTRAINTS[key]}$"
+    for name in (*ENCODERS, *AREAS, "IT", "mouse_V1", "my_cnn2"):
+        assert re.fullmatch(entry["encoder"]["pattern"], name)
+    for name in ("V1/x", "a b", "", "V1.2"):
+        assert not re.fullmatch(entry["encoder"]["pattern"], name)
+    # what upstream builds: its reference encoders and registered backbones
+    assert sorted(ARCHITECTURES) == sorted({*REFERENCE_ENCODERS, *BACKBONES})
+    assert entry["architecture"]["enum"] == list(ARCHITECTURES)
+    assert all(default_architecture(e) in ARCHITECTURES for e in ENCODERS)
 
 
 def test_backbone_weights_in_torch_home_let_a_run_start(tmp_path, monkeypatch):

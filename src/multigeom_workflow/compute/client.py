@@ -83,12 +83,13 @@ def parse_args(argv=None) -> tuple[EstimateRequest, int]:
         area=key.area,
         encoder_ckpt=os.path.abspath(encoder_ckpt),
         diffusion_ckpt=os.path.abspath(diffusion_ckpt),
-        diffusion=run.diffusion,
-        settings_files=run.settings_files,
+        diffusion=run.diffusion_of(key.encoder, key.area),
+        settings_files=run.settings_files_of(key.encoder, key.area),
         # the seed the draws are made from (a noise-ceiling estimate has its own)
         seed=int(estimator["seed"]),  # the run's, or its configuration's
         engine=run.engine,
         precision=run.precision,
+        architecture=run.architecture_of(key.encoder, key.area),
     )
     return request, args.threads
 

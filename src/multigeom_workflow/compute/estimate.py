@@ -89,6 +89,49 @@ def load_models(
     return Models(encoder, unet, alphas_cumprod, ckpt.get("epoch"), device)
 
 
+def encoder_architecture(encoder: torch.nn.Module) -> str:
+    """
+    What upstream built `encoder` from, by upstream's name
+    (`multigeom_workflow.settings.names.ARCHITECTURES`): a reference encoder's
+    (`multigeom.encoders.reference.REFERENCE_ENCODERS`: inception, resnet50, onoff)
+    or the registered name of a `NeuralEncoder`'s backbone (small_cnn); ``""`` for
+    anything else.
+    """
+    from multigeom.encoders import NeuralEncoder
+    from multigeom.encoders.reference import REFERENCE_ENCODERS
+
+    for name, cls in REFERENCE_ENCODERS.items():
+        if type(encoder) is cls:
+            return name
+    if isinstance(encoder, NeuralEncoder):
+        return str(getattr(type(encoder.backbone), "_registry_name", ""))
+    return ""
+
+
+def check_architecture(models: Models, request: EstimateRequest) -> str:
+    """
+    The architecture of the request's loaded encoder (`encoder_architecture`), which
+    must be the one its configuration names (config key ``configs[i].architecture``;
+    ``request.architecture``, not checked when empty).
+
+    Raises
+    ------
+    ValueError
+        One line naming the checkpoint, the configuration, both architectures and
+        what to change.
+    """
+    built = encoder_architecture(models.encoder)
+    if request.architecture and built != request.architecture:
+        label = f"{request.encoder_name}/{request.area}"
+        raise ValueError(
+            f"encoder checkpoint {request.encoder_ckpt!r} of {label} holds a "
+            f"{built or type(models.encoder).__name__!r} encoder, but its "
+            f"configuration's architecture (config key 'configs[...].architecture') "
+            f"is {request.architecture!r}: correct the key or the checkpoint path"
+        )
+    return built
+
+
 def device_provenance(device: str | torch.device) -> dict:
     """
     What the workflow adds to a per-image file's provenance: ``device`` (``"cpu"``,
@@ -288,7 +331,8 @@ def estimate_request(models: Models, request: EstimateRequest) -> Path:
     request : EstimateRequest
         The image, its index, the target, the estimator settings, and
         ``settings_files``, ``seed`` for upstream's provenance record, to which
-        `device_provenance` is added.
+        `device_provenance` and the encoder's ``architecture`` (`check_architecture`)
+        are added.
         ``engine`` and ``precision`` choose the implementation; on a GPU, torch's
         CPU-side work gets this process's share of the cores
         (`multigeom_workflow.compute.engine.cpu_threads`).
@@ -300,7 +344,9 @@ def estimate_request(models: Models, request: EstimateRequest) -> Path:
     """
     from multigeom.utils import provenance
 
+    architecture = check_architecture(models, request)
     record = provenance(request.settings_files, seed=request.seed)
+    record |= device_provenance(models.device) | {"architecture": architecture}
     with cpu_threads(models.device):
         return estimate_to_file(
             models,
@@ -310,7 +356,7 @@ def estimate_request(models: Models, request: EstimateRequest) -> Path:
             request.estimator,
             encoder_name=request.encoder_name,
             area=request.area,
-            provenance_record=record | device_provenance(models.device),
+            provenance_record=record,
             engine=request.engine,
             precision=request.precision,
         )

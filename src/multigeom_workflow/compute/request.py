@@ -18,6 +18,8 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 
+from ..settings.names import configuration_label
+
 __all__ = ["RUN_ENV", "EstimateRequest", "RunSettings"]
 
 #: The environment variable that carries `RunSettings` to the jobs of a run.
@@ -61,6 +63,10 @@ class EstimateRequest:
         or ``"upstream"``).
     precision : str
         The arithmetic of the estimate (config key ``precision``; ``"fp32"``).
+    architecture : str
+        What the configuration's encoder is built from (config key
+        ``configs[i].architecture``), checked against the checkpoint when the models
+        load (``""``: not checked).
     """
 
     image: str
@@ -76,6 +82,7 @@ class EstimateRequest:
     seed: int = 42
     engine: str = "fast"
     precision: str = "fp32"
+    architecture: str = ""
 
     def to_json(self) -> str:
         """The request as one line of JSON."""
@@ -107,7 +114,8 @@ class EstimateRequest:
         """
         What identifies the configuration's loaded models: the checkpoints, their
         modification times (a rewritten checkpoint is loaded again), the diffusion
-        settings, engine and precision.
+        settings, engine, precision and the architecture the encoder is checked
+        against.
         """
         stamps = [
             os.stat(p).st_mtime_ns for p in (self.encoder_ckpt, self.diffusion_ckpt)
@@ -120,6 +128,7 @@ class EstimateRequest:
                 self.diffusion,
                 self.engine,
                 self.precision,
+                self.architecture,
             ],
             sort_keys=True,
         )
@@ -157,6 +166,12 @@ class RunSettings:
         `estimator_of`.
     diffusion : dict
         The diffusion model's settings (the diffusion file).
+    configurations : dict
+        ``"<encoder>/<area>"`` -> what is the configuration's own: ``architecture``
+        (config key ``configs[i].architecture``, or the known one), and, where it
+        has settings of its own (``configs[i].estimator``, ``.diffusion``,
+        ``.sigma``), ``estimator`` (without its seed), ``diffusion`` and
+        ``settings_files``, which replace the run's above for its jobs.
 
     Notes
     -----
@@ -177,12 +192,29 @@ class RunSettings:
     estimator: dict = field(default_factory=dict)
     seeds: dict = field(default_factory=dict)
     diffusion: dict = field(default_factory=dict)
+    configurations: dict = field(default_factory=dict)
+
+    def _own(self, encoder: str, area: str) -> dict:
+        """What `configurations` holds for the configuration (empty if nothing)."""
+        return self.configurations.get(configuration_label(encoder, area), {})
+
+    def diffusion_of(self, encoder: str, area: str) -> dict:
+        """The configuration's diffusion settings: its own, or the run's."""
+        return self._own(encoder, area).get("diffusion", self.diffusion)
+
+    def settings_files_of(self, encoder: str, area: str) -> dict:
+        """The configuration's settings files (provenance): its own, or the run's."""
+        return self._own(encoder, area).get("settings_files", self.settings_files)
+
+    def architecture_of(self, encoder: str, area: str) -> str:
+        """The configuration's architecture (``""`` if the run does not say)."""
+        return self._own(encoder, area).get("architecture", "")
 
     def estimator_of(self, rule: str, encoder: str, area: str) -> dict:
         """
         The estimator settings of `rule`'s jobs of the configuration (`encoder`,
-        `area`): the run's, with that configuration's seed (``seeds``) — the same
-        dict as the rule's ``params.estimator``.
+        `area`): its own or the run's, with that configuration's seed (``seeds``) —
+        the same dict as the rule's ``params.estimator``.
 
         Raises
         ------
@@ -196,7 +228,8 @@ class RunSettings:
                 f"the run ({RUN_ENV}) has no estimator settings for {key!r}: allowed: "
                 f"{', '.join(sorted(self.seeds)) or 'none'}"
             )
-        return {**self.estimator, "seed": self.seeds[key]}
+        own = self._own(encoder, area).get("estimator", self.estimator)
+        return {**own, "seed": self.seeds[key]}
 
     def to_env(self) -> dict[str, str]:
         """The environment variable that hands these settings to the run's jobs."""

@@ -124,6 +124,7 @@ def _export_run_settings(facts: Facts, config: dict, scenario: Scenario) -> None
             estimator=scenario.estimator,
             seeds=job_seeds(scenario),
             diffusion=scenario.diffusion,
+            configurations=_own_settings(scenario),
         ).to_env(),
         MULTIGEOM_SLURM_JOB_ID=slurm_job,
         # a shard submitted by this workflow (not a local run inside an allocation):
@@ -135,6 +136,32 @@ def _export_run_settings(facts: Facts, config: dict, scenario: Scenario) -> None
         if problem:
             sys.exit(problem)
         os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(allocation_lock_dir(slurm_job)))
+
+
+def _own_settings(scenario: Scenario) -> dict:
+    """
+    ``RunSettings.configurations``: each configuration's architecture and, where they
+    differ from the run's, its estimator settings (without its seed), diffusion
+    settings and settings files (config keys ``configs[i].estimator``, ``.diffusion``,
+    ``.sigma``).
+    """
+    out = {}
+    for c in scenario.configurations:
+        own: dict = {"architecture": c.architecture}
+        if c.estimator != scenario.estimator:
+            own["estimator"] = c.estimator
+        if c.diffusion != scenario.diffusion:
+            own["diffusion"] = c.diffusion
+        if (c.estimator_file, c.diffusion_file) != (
+            scenario.estimator_file,
+            scenario.diffusion_file,
+        ):
+            own["settings_files"] = {
+                "estimator": str(c.estimator_file),
+                "diffusion": str(c.diffusion_file),
+            }
+        out[c.label] = own
+    return out
 
 
 def start(workflow, config: dict) -> Run:

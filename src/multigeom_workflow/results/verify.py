@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -84,6 +84,11 @@ class Expected:
     monte_carlo_seeds : str
         Config key ``monte_carlo_seeds``: with ``per_configuration``, the provenance of
         a configuration's files records its own seed (`seed_of`).
+    configurations : dict
+        ``"<encoder>/<area>"`` -> ``sigma``, ``estimator``, ``diffusion`` of a
+        configuration with settings of its own (config keys ``configs[i].estimator``,
+        ``.diffusion``, ``.sigma``), replacing the run's for its files
+        (`settings_of`).
     """
 
     top_k: int
@@ -92,6 +97,18 @@ class Expected:
     estimator: dict | None = None
     diffusion: dict | None = None
     monte_carlo_seeds: str = "shared"
+    configurations: dict = field(default_factory=dict)
+
+    def settings_of(
+        self, encoder: str, area: str
+    ) -> tuple[float, dict | None, dict | None]:
+        """The (sigma, estimator, diffusion) a configuration's files must record."""
+        own = self.configurations.get(f"{encoder}/{area}", {})
+        return (
+            float(own.get("sigma", self.sigma)),
+            own.get("estimator", self.estimator),
+            own.get("diffusion", self.diffusion),
+        )
 
     def seed_of(self, encoder: str, area: str, ceiling: bool = False) -> int:
         """
@@ -109,13 +126,24 @@ class Expected:
     @classmethod
     def of_scenario(cls, scenario) -> Expected:
         """The expectations of a `multigeom_workflow.scenario.Scenario`."""
+        sigma = float(scenario.estimator["monte_carlo"]["observation_noise_sigma"])
+        files = (scenario.estimator_file, scenario.diffusion_file)
+        own = {}
+        for c in scenario.configurations:
+            if c.own:
+                own[c.label] = {
+                    "sigma": c.sigma,
+                    "estimator": _settings(Path(c.estimator_file).read_text()),
+                    "diffusion": _settings(Path(c.diffusion_file).read_text()),
+                }
         return cls(
             top_k=scenario.top_k,
             seed=scenario.seed,
-            sigma=float(scenario.estimator["monte_carlo"]["observation_noise_sigma"]),
-            estimator=_settings(Path(scenario.estimator_file).read_text()),
-            diffusion=_settings(Path(scenario.diffusion_file).read_text()),
+            sigma=sigma,
+            estimator=_settings(Path(files[0]).read_text()),
+            diffusion=_settings(Path(files[1]).read_text()),
             monte_carlo_seeds=scenario.monte_carlo_seeds,
+            configurations=own,
         )
 
 
@@ -234,16 +262,16 @@ def inspect_per_image_file(
             d["image"].reshape(x.shape), x, rtol=0, atol=1e-6
         ):
             return f"was made from another image than {str(image_file)!r}", d
+    sigma, *settings = expected.settings_of(encoder, area)
     if not isinstance(d["sigma"], (int, float)) or not math.isclose(
-        float(d["sigma"]), expected.sigma, rel_tol=1e-9
+        float(d["sigma"]), sigma, rel_tol=1e-9
     ):
-        return f"was made with sigma = {d['sigma']}, the run's is {expected.sigma}", d
+        return f"was made with sigma = {d['sigma']}, the run's is {sigma}", d
     prov = d["provenance"] if isinstance(d["provenance"], dict) else {}
     seed = expected.seed_of(encoder, area, ceiling)
     if "seed" in prov and prov["seed"] != seed:
         return f"was made with seed {prov['seed']}, the run's is {seed}", d
-    for name in ("estimator", "diffusion"):
-        want = getattr(expected, name)
+    for name, want in zip(("estimator", "diffusion"), settings, strict=True):
         record = (prov.get("configs") or {}).get(name)
         if want is None or not isinstance(record, dict) or "text" not in record:
             continue

@@ -14,6 +14,7 @@ stay fast for `snakemake -n`.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 from ..compute import gpus
@@ -29,7 +30,16 @@ from ..settings.checks import check_engine, check_estimator, check_seed, check_w
 from ..settings.errors import ConfigError, schema_error_line
 from ..settings.files import load_settings_yaml, resolve_settings_file
 from ..settings.layout import RunLayout
-from ..settings.names import DEMO_AREAS, DEMO_ENCODERS, PAPER_ENCODERS, TINYIMAGENET_DIR
+from ..settings.names import (
+    ARCHITECTURES,
+    DEMO_AREAS,
+    DEMO_ENCODERS,
+    PAPER_AREAS,
+    PAPER_ENCODERS,
+    TINYIMAGENET_DIR,
+    configuration_label,
+    default_architecture,
+)
 from .model import Configuration, Scenario
 
 __all__ = ["ConfigError", "load_scenario", "validated_scenario"]
@@ -147,6 +157,12 @@ def _checked_test_images(files) -> str | None:
 def _configurations(
     config: dict, runs_dir: str, check_files: bool = True
 ) -> tuple[Configuration, ...]:
+    """
+    The run's configurations, checked: each (encoder, area) listed once, its
+    architecture named (`_architecture`), its checkpoints there unless the workflow
+    makes them (`_checkpoints`). Their settings are resolved later
+    (`_configuration_settings`).
+    """
     entries = config["configs"]
     if isinstance(entries, dict):  # a single pair is accepted
         entries = [entries]
@@ -160,35 +176,158 @@ def _configurations(
                 "area) configuration is allowed once"
             )
         seen.add((enc, area))
-        demo = area in DEMO_AREAS
-        if demo and enc not in DEMO_ENCODERS:
+        if area in DEMO_AREAS and enc not in DEMO_ENCODERS:
             raise ConfigError(
                 f"config key '{key}.encoder' = {enc!r}: the demo area {area!r} is "
-                f"built for the demo encoders only; allowed: {', '.join(DEMO_ENCODERS)}"
+                "built for the demo encoders only; allowed: "
+                f"{', '.join(DEMO_ENCODERS)} (or give your own area another name)"
             )
-        if not demo and enc not in PAPER_ENCODERS:
+        architecture = _architecture(entry, key)
+        enc_ckpt, diff_ckpt = _checkpoints(config, entry, key, runs_dir, check_files)
+        out.append(Configuration(enc, area, enc_ckpt, diff_ckpt, architecture))
+    return tuple(out)
+
+
+def _architecture(entry: dict, key: str) -> str:
+    """
+    What upstream builds the configuration's encoder from: config key
+    ``configs[i].architecture``, required for an encoder label of the user's; for the
+    paper's and the demo's labels the known one, which a given one must equal.
+    """
+    enc, given = entry["encoder"], entry.get("architecture")
+    known = default_architecture(enc)
+    if given is None and known is None:
+        raise ConfigError(
+            f"config key '{key}.architecture' is missing: {enc!r} is an encoder label "
+            "of your own, so name what upstream builds it from; allowed: "
+            f"{', '.join(ARCHITECTURES)} (docs/own-data.md)"
+        )
+    if given is not None and known is not None and given != known:
+        raise ConfigError(
+            f"config key '{key}.architecture' = {given!r}: the encoder {enc!r} is "
+            f"built as {known!r}; allowed: {known!r}, or give your encoder a label of "
+            "its own"
+        )
+    return given or known
+
+
+def _checkpoints(
+    config: dict, entry: dict, key: str, runs_dir: str, check_files: bool
+) -> tuple[str, str]:
+    """
+    The configuration's encoder and diffusion checkpoints: given, or the run layout's
+    default paths. The workflow builds the demo areas' and fetches the paper's from
+    the Hub (``checkpoints.source: hub``); any other must exist (bring your own).
+    """
+    enc, area = entry["encoder"], entry["area"]
+    label = configuration_label(enc, area)
+    layout = RunLayout(runs_dir)
+    paths = {
+        "encoder_ckpt": entry.get("encoder_ckpt") or layout.encoder_ckpt(enc, area),
+        "diffusion_ckpt": entry.get("diffusion_ckpt")
+        or layout.diffusion_ckpt(enc, area),
+    }
+    on_hub = enc in PAPER_ENCODERS and area in PAPER_AREAS
+    built = area in DEMO_AREAS or (config["checkpoints"]["source"] == "hub" and on_hub)
+    for name, value in paths.items():
+        given = bool(entry.get(name))
+        if not check_files or not (given or not built) or Path(value).is_file():
+            continue
+        what = "encoder" if name == "encoder_ckpt" else "diffusion-model"
+        if given:
             raise ConfigError(
-                f"config key '{key}.encoder' = {enc!r}: no checkpoints of it exist for "
-                f"area {area!r}; allowed: {', '.join(PAPER_ENCODERS)}"
+                f"config key '{key}.{name}' = {value!r}: no such checkpoint file; "
+                f"give the path of the {label} {what} checkpoint"
             )
-        enc_ckpt = entry.get("encoder_ckpt") or RunLayout(runs_dir).encoder_ckpt(
-            enc, area
+        hint = (
+            ", or set checkpoints.source: hub (the paper's)"
+            if on_hub
+            else " (the workflow makes checkpoints for the demo's areas and fetches "
+            "the paper's only; docs/own-data.md)"
         )
-        diff_ckpt = entry.get("diffusion_ckpt") or RunLayout(runs_dir).diffusion_ckpt(
-            enc, area
+        raise ConfigError(
+            f"config key '{key}.{name}' is not given and its default {value!r} does "
+            f"not exist: give the path of the {label} {what} checkpoint{hint}"
         )
-        # The workflow's rules build the demo's checkpoints and fetch the paper's
-        # from the Hub; any other file must exist (bring your own encoder).
-        built = demo or config["checkpoints"]["source"] == "hub"
-        for name, value in (("encoder_ckpt", enc_ckpt), ("diffusion_ckpt", diff_ckpt)):
-            must_exist = check_files and (entry.get(name) or not built)
-            if must_exist and not Path(value).is_file():
-                hint = "" if demo else ", or set checkpoints.source: hub"
-                raise ConfigError(
-                    f"config key '{key}.{name}' = {value!r}: no such checkpoint "
-                    f"file; give the path of the {enc}/{area} checkpoint{hint}"
+    return paths["encoder_ckpt"], paths["diffusion_ckpt"]
+
+
+def _run_estimator(estimator: dict, seed: int, top_k: int) -> dict:
+    """Estimator settings with the run's seed and top_k (also fisher_baseline's)."""
+    estimator = copy.deepcopy(estimator)
+    estimator["seed"] = seed
+    estimator["top_k"] = top_k
+    estimator.setdefault("fisher_baseline", {"enabled": True})["top_k"] = top_k
+    return estimator
+
+
+def _with_sigma(estimator: dict, diffusion: dict, sigma: float) -> tuple[dict, dict]:
+    """
+    Both settings with the observation noise sigma replaced: the estimator's
+    ``monte_carlo.observation_noise_sigma`` and the diffusion model's training
+    ``conditioning.observation_noise_sigma`` (upstream checks they are equal).
+    """
+    estimator, diffusion = copy.deepcopy(estimator), copy.deepcopy(diffusion)
+    estimator.setdefault("monte_carlo", {})["observation_noise_sigma"] = sigma
+    diffusion.setdefault("conditioning", {})["observation_noise_sigma"] = sigma
+    return estimator, diffusion
+
+
+def _configuration_settings(
+    config: dict,
+    configurations: tuple[Configuration, ...],
+    run: tuple[dict, Path, dict, Path],
+    workflow_dir: Path,
+) -> tuple[Configuration, ...]:
+    """
+    Each configuration with its settings: its own ``estimator``, ``diffusion`` and
+    ``sigma`` (config keys ``configs[i].…``) where given, the run's otherwise
+    (`run`: the estimator, its file, the diffusion settings, its file, raw as read),
+    the run's seed and top_k applied, checked as the run's are
+    (`multigeom_workflow.settings.checks.check_estimator`, naming the
+    configuration's keys).
+    """
+    entries = config["configs"]
+    entries = [entries] if isinstance(entries, dict) else entries
+    top_k, seed = int(config["top_k"]), int(config["seed"])
+    run_est, run_est_file, run_diff, run_diff_file = run
+    out = []
+    for i, (entry, c) in enumerate(zip(entries, configurations, strict=True)):
+        own = tuple(k for k in ("estimator", "diffusion", "sigma") if k in entry)
+        if not own:
+            est, diff = run_est, run_diff
+            est_file, diff_file = run_est_file, run_diff_file
+        else:
+            key = f"configs[{i}]"
+            est, est_file, est_key = run_est, run_est_file, "estimator"
+            diff, diff_file, diff_key = run_diff, run_diff_file, "diffusion"
+            if "estimator" in entry:
+                est_key = f"{key}.estimator"
+                est_file = resolve_settings_file(
+                    str(entry["estimator"]), est_key, workflow_dir
                 )
-        out.append(Configuration(enc, area, enc_ckpt, diff_ckpt))
+                est = load_settings_yaml(est_file, est_key)
+            if "diffusion" in entry:
+                diff_key = f"{key}.diffusion"
+                diff_file = resolve_settings_file(
+                    str(entry["diffusion"]), diff_key, workflow_dir
+                )
+                diff = load_settings_yaml(diff_file, diff_key)
+            if "sigma" in entry:
+                est, diff = _with_sigma(est, diff, float(entry["sigma"]))
+            check_estimator(
+                est, diff, top_k, est_file, diff_file, keys=(est_key, diff_key)
+            )
+        out.append(
+            replace(
+                c,
+                estimator=_run_estimator(est, seed, top_k),
+                estimator_file=est_file,
+                diffusion=copy.deepcopy(diff),
+                diffusion_file=diff_file,
+                own=own,
+            )
+        )
     return tuple(out)
 
 
@@ -196,13 +335,17 @@ def _blockers(configurations) -> tuple[str, ...]:
     """Problems that stop a real run before any job but not a dry run (its plan)."""
     out, seen = [], set()
     for i, c in enumerate(configurations):
-        missing = missing_backbone_weights(c.encoder)
-        if missing and c.encoder not in seen:
-            seen.add(c.encoder)
+        missing = missing_backbone_weights(c.architecture)
+        if missing and c.architecture not in seen:
+            seen.add(c.architecture)
+            built = (
+                "" if c.architecture == c.encoder else f" (built as {c.architecture})"
+            )
             out.append(
-                f"config key 'configs[{i}].encoder' = {c.encoder!r}: torchvision's "
-                f"backbone weights {missing[0]} are missing; with network, cache them "
-                f"with {missing[1]} (or set TORCH_HOME to a folder that has them)"
+                f"config key 'configs[{i}].encoder' = {c.encoder!r}{built}: "
+                f"torchvision's backbone weights {missing[0]} are missing; with "
+                f"network, cache them with {missing[1]} (or set TORCH_HOME to a folder "
+                "that has them)"
             )
     return tuple(out)
 
@@ -338,13 +481,17 @@ def load_scenario(
     diff_file = resolve_settings_file(
         str(config["diffusion"]), "diffusion", workflow_dir
     )
-    estimator = copy.deepcopy(load_settings_yaml(est_file, "estimator"))
+    raw_estimator = load_settings_yaml(est_file, "estimator")
     diffusion = load_settings_yaml(diff_file, "diffusion")
     top_k, seed = int(config["top_k"]), int(config["seed"])
-    check_estimator(estimator, diffusion, top_k, est_file, diff_file)
-    estimator["seed"] = seed
-    estimator["top_k"] = top_k
-    estimator.setdefault("fisher_baseline", {"enabled": True})["top_k"] = top_k
+    check_estimator(raw_estimator, diffusion, top_k, est_file, diff_file)
+    estimator = _run_estimator(raw_estimator, seed, top_k)
+    configurations = _configuration_settings(
+        config,
+        configurations,
+        (raw_estimator, est_file, diffusion, diff_file),
+        workflow_dir,
+    )
     device = resolve_device(str(config["device"]), list(gpu_ids))
     engine, precision = check_engine(config, device, remote)
     return Scenario(

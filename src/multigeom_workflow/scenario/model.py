@@ -8,12 +8,12 @@ Nothing here imports torch: the Snakefile reads it at parse time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from ..settings.layout import Computation, RunLayout
-from ..settings.names import DEMO_AREAS
+from ..settings.names import DEMO_AREAS, configuration_label
 from ..settings.pairs import pair_kind
 
 __all__ = ["Configuration", "Scenario"]
@@ -22,26 +22,59 @@ __all__ = ["Configuration", "Scenario"]
 @dataclass(frozen=True)
 class Configuration:
     """
-    One (encoder, area) configuration and its two checkpoints.
+    One (encoder, area) configuration: its two checkpoints and its settings.
 
     Attributes
     ----------
     encoder, area : str
-        Names, e.g. ``("inception", "V1")``.
+        Labels, e.g. ``("inception", "V1")``: the paper's, the demo's or the user's
+        (`multigeom_workflow.settings.names.NAME_PATTERN`).
     encoder_ckpt, diffusion_ckpt : str
         Paths of the fitted encoder and of its conditional diffusion model, relative to
         the working directory or absolute.
+    architecture : str
+        What upstream builds the encoder from
+        (`multigeom_workflow.settings.names.ARCHITECTURES`): config key
+        ``configs[i].architecture``, or the known one of the paper's and the demo's
+        labels.
+    estimator, diffusion : dict
+        The configuration's estimator settings (the run's ``seed`` and ``top_k``
+        applied, not yet its own seed: `Scenario.estimator_of`) and diffusion-model
+        settings, as upstream's YAML files hold them, with its ``sigma`` applied to
+        both; the run's unless the configuration gives its own. Empty until
+        `multigeom_workflow.scenario.load` resolves them.
+    estimator_file, diffusion_file : Path or None
+        The files they were read from.
+    own : tuple of str
+        The settings keys the configuration gives itself (``estimator``,
+        ``diffusion``, ``sigma``), in that order; empty when it takes the run's.
     """
 
     encoder: str
     area: str
     encoder_ckpt: str
     diffusion_ckpt: str
+    architecture: str = ""
+    estimator: dict = field(default_factory=dict, compare=False, hash=False)
+    estimator_file: Path | None = None
+    diffusion: dict = field(default_factory=dict, compare=False, hash=False)
+    diffusion_file: Path | None = None
+    own: tuple[str, ...] = ()
 
     @property
     def is_demo(self) -> bool:
         """True when the workflow builds the checkpoints itself (a demo area)."""
         return self.area in DEMO_AREAS
+
+    @property
+    def label(self) -> str:
+        """``"<encoder>/<area>"`` (`settings.names.configuration_label`)."""
+        return configuration_label(self.encoder, self.area)
+
+    @property
+    def sigma(self) -> float:
+        """The observation noise sigma of its estimator settings."""
+        return float(self.estimator["monte_carlo"]["observation_noise_sigma"])
 
 
 @dataclass(frozen=True)
@@ -129,11 +162,33 @@ class Scenario:
     results_dir: str = "results"
 
     def estimator_of(self, encoder: str, area: str) -> dict:
-        """A configuration's estimator settings: its seed (monte_carlo_seeds)."""
+        """
+        A configuration's estimator settings (`Configuration.estimator`: its own or
+        the run's) with its seed applied (config key ``monte_carlo_seeds``).
+        """
         from ..settings.seeds import configuration_estimator
 
         return configuration_estimator(
-            self.estimator, encoder, area, self.monte_carlo_seeds
+            self.configuration(encoder, area).estimator,
+            encoder,
+            area,
+            self.monte_carlo_seeds,
+        )
+
+    def diffusion_of(self, encoder: str, area: str) -> dict:
+        """A configuration's diffusion settings (`Configuration.diffusion`)."""
+        return self.configuration(encoder, area).diffusion
+
+    @property
+    def settings_per_configuration(self) -> bool:
+        """
+        Whether some configuration's estimator or diffusion settings differ from the
+        run's (config keys ``configs[i].estimator``, ``.diffusion``, ``.sigma``): the
+        rules then take each configuration's.
+        """
+        return any(
+            c.estimator != self.estimator or c.diffusion != self.diffusion
+            for c in self.configurations
         )
 
     @property

@@ -25,35 +25,52 @@ __all__ = [
 ]
 
 
-def check_estimator(est: dict, diff: dict, top_k: int, est_file: Path, diff_file: Path):
-    """The checks that upstream makes while running, made before any job."""
+def check_estimator(
+    est: dict,
+    diff: dict,
+    top_k: int,
+    est_file: Path,
+    diff_file: Path,
+    keys: tuple[str, str] = ("estimator", "diffusion"),
+):
+    """
+    The checks that upstream makes while running, made before any job.
+
+    `keys` are the config keys the two files were given as (a configuration's own:
+    ``("configs[1].estimator", "configs[1].diffusion")``), named by the messages; a
+    sigma given per configuration is already in both settings.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the key, the file, the value and what is allowed.
+    """
+    est_key, diff_key = keys
     mc = "monte_carlo"
-    n_samples = int(setting(est, f"{mc}.n_samples", "estimator", est_file))
-    batch = int(setting(est, f"{mc}.batch_size", "estimator", est_file))
+    n_samples = int(setting(est, f"{mc}.n_samples", est_key, est_file))
+    batch = int(setting(est, f"{mc}.batch_size", est_key, est_file))
     for part in ("start", "stop", "step"):  # present, or one clear line
-        setting(est, f"{mc}.timestep_grid.{part}", "estimator", est_file)
-    sigma = float(setting(est, f"{mc}.observation_noise_sigma", "estimator", est_file))
+        setting(est, f"{mc}.timestep_grid.{part}", est_key, est_file)
+    sigma = float(setting(est, f"{mc}.observation_noise_sigma", est_key, est_file))
     sigma_train = float(
-        setting(diff, "conditioning.observation_noise_sigma", "diffusion", diff_file)
+        setting(diff, "conditioning.observation_noise_sigma", diff_key, diff_file)
     )
-    n_train_t = int(
-        setting(diff, "scheduler.num_train_timesteps", "diffusion", diff_file)
-    )
+    n_train_t = int(setting(diff, "scheduler.num_train_timesteps", diff_key, diff_file))
     if batch < 1 or n_samples % batch:
         raise ConfigError(
-            f"config key 'estimator' = {str(est_file)!r}: monte_carlo.n_samples = "
+            f"config key {est_key!r} = {str(est_file)!r}: monte_carlo.n_samples = "
             f"{n_samples} must be a positive multiple of monte_carlo.batch_size = "
             f"{batch}"
         )
     timesteps = timestep_grid(est)
     if len(timesteps) < 2 or timesteps[0] < 0 or timesteps[-1] >= n_train_t:
         raise ConfigError(
-            f"config key 'estimator' = {str(est_file)!r}: monte_carlo.timestep_grid "
+            f"config key {est_key!r} = {str(est_file)!r}: monte_carlo.timestep_grid "
             f"gives {list(timesteps)}; at least 2 timesteps in [0, {n_train_t}) allowed"
         )
     if sigma != sigma_train:
         raise ConfigError(
-            f"config key 'estimator' = {str(est_file)!r}: observation_noise_sigma = "
+            f"config key {est_key!r} = {str(est_file)!r}: observation_noise_sigma = "
             f"{sigma} differs from the sigma = {sigma_train} the diffusion model of "
             f"{str(diff_file)!r} was trained with; they must be equal"
         )
@@ -66,11 +83,11 @@ def check_estimator(est: dict, diff: dict, top_k: int, est_file: Path, diff_file
         )
     if not (est.get("fisher_baseline") or {}).get("enabled", True):
         raise ConfigError(
-            f"config key 'estimator' = {str(est_file)!r}: fisher_baseline.enabled = "
+            f"config key {est_key!r} = {str(est_file)!r}: fisher_baseline.enabled = "
             "false; the workflow compares J(x) too (panel E, every per-image file "
             "holds it): allowed: true (or leave the key out)"
         )
-    n_neurons = int(setting(diff, "conditioning.mlp_layers", "diffusion", diff_file)[0])
+    n_neurons = int(setting(diff, "conditioning.mlp_layers", diff_key, diff_file)[0])
     if top_k > n_neurons:
         raise ConfigError(
             f"config key 'top_k' = {top_k}: J(x) has rank at most the {n_neurons} "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .names import CEILING_RULE, ESTIMATE_RULE
+from .names import CEILING_RULE, ESTIMATE_RULE, NAME_PATTERN
 
 __all__ = [
     "CHECKPOINT_NAMES",
@@ -40,8 +40,8 @@ CHECKPOINT_NAMES = {"encoders": "best_model.pt", "diffusion": "final_model.pt"}
 #: The rules' wildcard constraints (Snakemake regular expressions): names of letters,
 #: digits and ``_``, an index of four digits or more (``img0003``).
 WILDCARD_CONSTRAINTS = {
-    "encoder": "[A-Za-z0-9_]+",
-    "area": "[A-Za-z0-9_]+",
+    "encoder": NAME_PATTERN,
+    "area": NAME_PATTERN,
     "index": r"\d\d\d\d+",
 }
 

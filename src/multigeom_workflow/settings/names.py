@@ -9,6 +9,7 @@ config schema's enums and the rules' wildcard constraints are checked against it
 from __future__ import annotations
 
 __all__ = [
+    "ARCHITECTURES",
     "AREAS",
     "CEILING_ROW",
     "DEMO_AREAS",
@@ -16,6 +17,7 @@ __all__ = [
     "ENCODERS",
     "ENGINES",
     "MAX_SEED",
+    "NAME_PATTERN",
     "N_PIXELS",
     "PAPER_AREAS",
     "PAPER_ENCODERS",
@@ -23,6 +25,7 @@ __all__ = [
     "PRECISIONS",
     "TINYIMAGENET_DIR",
     "configuration_label",
+    "default_architecture",
     "parse_configuration_label",
 ]
 
@@ -34,8 +37,32 @@ DEMO_AREAS = ("complex", "simple")
 #: Encoders and areas of the paper (Azeglio et al. 2026, Fig. 4D-E).
 PAPER_ENCODERS = ("inception", "resnet50", "onoff")
 PAPER_AREAS = ("V1", "V4")
+#: The encoder and area names the workflow knows: the paper's and the demo's. A run may
+#: name others (`NAME_PATTERN`): an area of the user's, an encoder label of the user's
+#: with its `ARCHITECTURES` entry beside it (docs/own-data.md).
 ENCODERS = tuple(dict.fromkeys(PAPER_ENCODERS + DEMO_ENCODERS))
 AREAS = PAPER_AREAS + DEMO_AREAS
+#: What an encoder or area name may be (a regular expression, the rules' wildcard
+#: constraint, `multigeom_workflow.settings.layout.WILDCARD_CONSTRAINTS`): letters,
+#: digits and ``_``, since names are folders of the run layout and parts of labels.
+NAME_PATTERN = "[A-Za-z0-9_]+"
+#: What upstream multigeom builds an encoder from, by upstream's own names: its
+#: reference encoders (`multigeom.encoders.reference.REFERENCE_ENCODERS`: the paper's
+#: Inception and ResNet-50 around torchvision's ImageNet backbones, the ON-OFF front
+#: end) and its registered backbones of `NeuralEncoder`
+#: (`multigeom.encoders.registry.BACKBONES`, filled by `multigeom.encoders.backbones`).
+#: Checked against upstream by tests/test_scenario.py.
+ARCHITECTURES = ("inception", "resnet50", "onoff", "small_cnn")
+#: The architecture of each encoder name the workflow knows (the demo's smallcnn and
+#: widecnn are `NeuralEncoder`s around upstream's `SmallCNNBackbone`,
+#: `multigeom_workflow.inputs.demo.training.build_demo_encoder`).
+_KNOWN_ARCHITECTURES = {
+    "inception": "inception",
+    "resnet50": "resnet50",
+    "onoff": "onoff",
+    "smallcnn": "small_cnn",
+    "widecnn": "small_cnn",
+}
 #: The rule of a run's per-image estimates (rules/estimate.smk).
 ESTIMATE_RULE = "estimate_image"
 #: The rule of the noise ceiling's second estimates (rules/science.smk): the same
@@ -68,6 +95,15 @@ PRECISIONS = ("fp32", "tf32")
 MAX_SEED = 2**64 - 1
 #: The name of TinyImageNet's folder, inside the archive and on disk.
 TINYIMAGENET_DIR = "tiny-imagenet-200"
+
+
+def default_architecture(encoder: str) -> str | None:
+    """
+    The architecture (`ARCHITECTURES`) of an encoder name the workflow knows (the
+    paper's, the demo's), or None for a label of the user's, whose configuration must
+    name it (config key ``configs[i].architecture``).
+    """
+    return _KNOWN_ARCHITECTURES.get(encoder)
 
 
 def configuration_label(encoder: str, area: str) -> str:

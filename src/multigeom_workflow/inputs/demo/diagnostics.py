@@ -197,6 +197,7 @@ def write_conditioning_reports(
     sigma: float,
     *,
     load_models: Callable,
+    per_configuration: Sequence[dict] | None = None,
 ) -> list[dict]:
     """
     The conditioning check of every demo configuration's diffusion model (rule
@@ -232,6 +233,10 @@ def write_conditioning_reports(
         models (``encoder``, ``unet``, ``alphas_cumprod``): the per-image job's own,
         `multigeom_workflow.compute.estimate.load_models`, passed by the rule's script
         (inputs sit below compute in the package's layers).
+    per_configuration : sequence of dict, optional
+        Where configurations have settings of their own (config keys
+        ``configs[i].estimator``, ``.diffusion``, ``.sigma``): for configuration i,
+        its ``diffusion``, ``timesteps`` and ``sigma``, replacing the three above.
 
     Returns
     -------
@@ -241,30 +246,41 @@ def write_conditioning_reports(
     Raises
     ------
     ValueError
-        When the four sequences differ in length.
+        When the four sequences (five, with `per_configuration`) differ in length.
     """
     import json
 
     from ...atomic import atomic_path
 
-    lengths = {len(x) for x in (configurations, encoder_files, diffusion_files)}
+    if per_configuration is None:
+        shared = {"diffusion": diffusion, "timesteps": timesteps, "sigma": sigma}
+        per_configuration = [shared] * len(configurations)
+    lengths = {
+        len(x)
+        for x in (configurations, encoder_files, diffusion_files, per_configuration)
+    }
     if lengths != {len(out_files)}:
         raise ValueError(
             f"{len(configurations)} configurations, {len(encoder_files)} encoders, "
             f"{len(diffusion_files)} diffusion models and {len(out_files)} reports"
         )
     results = []
-    for (encoder, area), encoder_file, diffusion_file, out in zip(
-        configurations, encoder_files, diffusion_files, out_files, strict=True
+    for (encoder, area), encoder_file, diffusion_file, out, own in zip(
+        configurations,
+        encoder_files,
+        diffusion_files,
+        out_files,
+        per_configuration,
+        strict=True,
     ):
-        models = load_models(encoder_file, diffusion_file, diffusion, "cpu")
+        models = load_models(encoder_file, diffusion_file, own["diffusion"], "cpu")
         result = conditioning_sensitivity(
             models.encoder,
             models.unet,
             models.alphas_cumprod,
             images,
-            timesteps,
-            sigma,
+            list(own["timesteps"]),
+            float(own["sigma"]),
         )
         result |= {"encoder": encoder, "area": area}
         with atomic_path(out) as tmp:

@@ -1,0 +1,223 @@
+"""
+A researcher's own data: any area and encoder label, the architecture beside a label
+of one's own, settings per configuration (estimator, diffusion, sigma), each checked
+before any job and recorded where the jobs read them (issue 49).
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import REPO
+from test_scenario import config
+
+from multigeom_workflow.compute.request import RunSettings
+from multigeom_workflow.results.verify import Expected
+from multigeom_workflow.scenario import ConfigError, load_scenario
+from multigeom_workflow.settings.identity import canonical
+from multigeom_workflow.settings.seeds import configuration_estimator
+
+
+def own_checkpoints(folder, *names) -> dict:
+    """Stand-in checkpoints (the scenario checks they exist, not what they hold)."""
+    out = {}
+    for name in names:
+        for kind in ("enc", "diff"):
+            path = folder / f"{name}_{kind}.pt"
+            path.write_bytes(b"x")
+            out[f"{name}_{kind}"] = str(path)
+    return out
+
+
+def mine(ckpts: dict, name: str, area: str, **extra) -> dict:
+    return {
+        "encoder": name,
+        "area": area,
+        "encoder_ckpt": ckpts[f"{name}_enc"],
+        "diffusion_ckpt": ckpts[f"{name}_diff"],
+        **extra,
+    }
+
+
+def test_an_area_and_encoder_of_ones_own_with_settings_of_its_own(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    ckpts = own_checkpoints(tmp_path, "mycnn", "yourcnn")
+    demo_est = yaml.safe_load((REPO / "config" / "estimator_demo.yaml").read_text())
+    own_est = {
+        **demo_est,
+        "monte_carlo": {**demo_est["monte_carlo"], "n_samples": 16, "batch_size": 8},
+    }
+    (tmp_path / "est.yaml").write_text(yaml.safe_dump(own_est))
+    entries = [
+        mine(ckpts, "mycnn", "IT", architecture="small_cnn", sigma=0.35),
+        mine(
+            ckpts,
+            "yourcnn",
+            "IT",
+            architecture="small_cnn",
+            estimator=str(tmp_path / "est.yaml"),
+        ),
+    ]
+    s = load_scenario(config(configs=entries), REPO)
+    a, b = s.configurations
+    assert (a.label, a.architecture, a.own) == ("mycnn/IT", "small_cnn", ("sigma",))
+    assert (b.own, b.estimator_file) == (("estimator",), tmp_path / "est.yaml")
+    # sigma replaces both settings' sigma, for this configuration only
+    assert a.sigma == 0.35
+    assert a.diffusion["conditioning"]["observation_noise_sigma"] == 0.35
+    assert s.estimator["monte_carlo"]["observation_noise_sigma"] == 0.22
+    assert b.sigma == 0.22 and b.diffusion == s.diffusion
+    # the run's seed and top_k applied to a configuration's own estimator
+    assert b.estimator["monte_carlo"]["n_samples"] == 16
+    assert (b.estimator["seed"], b.estimator["top_k"]) == (s.seed, s.top_k)
+    assert s.estimator_of("yourcnn", "IT") == configuration_estimator(
+        b.estimator, "yourcnn", "IT", s.monte_carlo_seeds
+    )
+    assert s.settings_per_configuration
+    # the same area, two encoders: one cross-model pair for the figure
+    assert [(x.label, y.label) for x, y in s.comparable_pairs] == [
+        ("mycnn/IT", "yourcnn/IT")
+    ]
+
+
+def test_the_run_settings_and_the_check_take_each_configurations_own(
+    tmp_path, monkeypatch
+):
+    from multigeom_workflow.on_snakemake.start import _own_settings
+    from multigeom_workflow.settings.names import ESTIMATE_RULE
+    from multigeom_workflow.settings.seeds import job_seeds
+
+    monkeypatch.chdir(tmp_path)
+    ckpts = own_checkpoints(tmp_path, "mycnn")
+    entries = [
+        mine(ckpts, "mycnn", "IT", architecture="small_cnn", sigma=0.5),
+        {"encoder": "smallcnn", "area": "complex"},
+    ]
+    s = load_scenario(config(configs=entries), REPO)
+    run = RunSettings(
+        run_id="1",
+        device="cpu",
+        estimator=s.estimator,
+        diffusion=s.diffusion,
+        seeds=job_seeds(s),
+        configurations=_own_settings(s),
+    )
+    # what a job reads is what its rule's params record (rules/common.smk)
+    for c in s.configurations:
+        got = run.estimator_of(ESTIMATE_RULE, c.encoder, c.area)
+        assert canonical(got) == canonical(s.estimator_of(c.encoder, c.area))
+        assert run.diffusion_of(c.encoder, c.area) == c.diffusion
+        assert run.architecture_of(c.encoder, c.area) == c.architecture
+    assert (
+        run.estimator_of(ESTIMATE_RULE, "mycnn", "IT")["monte_carlo"][
+            "observation_noise_sigma"
+        ]
+        == 0.5
+    )
+    assert run.architecture_of("smallcnn", "complex") == "small_cnn"
+    # the check before Stage 5 wants each configuration's sigma
+    expected = Expected.of_scenario(s)
+    assert expected.settings_of("mycnn", "IT")[0] == 0.5
+    assert expected.settings_of("smallcnn", "complex")[0] == 0.22
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (
+            {"encoder": "mycnn", "area": "IT"},
+            r"config key 'configs\[0\].architecture' is missing: 'mycnn' is an encoder "
+            r"label of your own, .* allowed: inception, resnet50, onoff, small_cnn",
+        ),
+        (
+            {"encoder": "resnet50", "area": "IT", "architecture": "inception"},
+            r"'configs\[0\].architecture' = 'inception': the encoder 'resnet50' is "
+            r"built as 'resnet50'",
+        ),
+        (
+            {"encoder": "mycnn", "area": "IT", "architecture": "small_cnn"},
+            r"'configs\[0\].encoder_ckpt' is not given and its default "
+            r"'runs/encoders/mycnn/IT/best_model.pt' does not exist: give the path of "
+            r"the mycnn/IT encoder checkpoint \(the workflow makes checkpoints for the "
+            r"demo's areas and fetches the paper's only",
+        ),
+        (
+            {
+                "encoder": "mycnn",
+                "area": "V1",
+                "architecture": "small_cnn",
+                "encoder_ckpt": "nowhere.pt",
+            },
+            r"'configs\[0\].encoder_ckpt' = 'nowhere.pt': no such checkpoint file; "
+            r"give the path of the mycnn/V1 encoder checkpoint",
+        ),
+        (
+            {"encoder": "mycnn", "area": "complex", "architecture": "small_cnn"},
+            r"'configs\[0\].encoder' = 'mycnn': the demo area 'complex' is built for "
+            r"the demo encoders only",
+        ),
+    ],
+)
+def test_what_is_missing_is_named_for_the_configuration(
+    entry, message, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        load_scenario(config(configs=[entry]), REPO)
+
+
+def test_a_label_of_ones_own_on_a_paper_area_from_the_hub_needs_its_files(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    cfg = config(
+        configs=[{"encoder": "mycnn", "area": "V4", "architecture": "small_cnn"}],
+        checkpoints={"source": "hub", "repo_id": "x/y", "revision": None},
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"'configs\[0\].encoder_ckpt' is not given .*\(the workflow makes "
+        r"checkpoints for the demo's areas and fetches the paper's only",
+    ):
+        load_scenario(cfg, REPO)
+
+
+def test_a_configurations_own_settings_are_checked_under_its_own_key(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    ckpts = own_checkpoints(tmp_path, "mycnn")
+    est = yaml.safe_load((REPO / "config" / "estimator_demo.yaml").read_text())
+    est["monte_carlo"]["observation_noise_sigma"] = 0.3  # its diffusion's is 0.22
+    (tmp_path / "est.yaml").write_text(yaml.safe_dump(est))
+    entry = mine(
+        ckpts,
+        "mycnn",
+        "IT",
+        architecture="small_cnn",
+        estimator=str(tmp_path / "est.yaml"),
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"config key 'configs\[0\].estimator' = '.*est.yaml': "
+        r"observation_noise_sigma = 0.3 differs from the sigma = 0.22",
+    ):
+        load_scenario(config(configs=[entry]), REPO)
+    # given as the configuration's sigma, both settings take it
+    entry = {**entry, "sigma": 0.3}
+    assert load_scenario(config(configs=[entry]), REPO).configurations[0].sigma == 0.3
+    entry = {**entry, "diffusion": "no_such_settings"}
+    with pytest.raises(
+        ConfigError, match=r"config key 'configs\[0\].diffusion' = 'no_such_settings'"
+    ):
+        load_scenario(config(configs=[entry]), REPO)
+
+
+def test_a_configuration_listed_twice_is_still_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ckpts = own_checkpoints(tmp_path, "mycnn")
+    entry = mine(ckpts, "mycnn", "IT", architecture="small_cnn")
+    with pytest.raises(ConfigError, match=r"'configs\[1\]' = mycnn/IT: listed twice"):
+        load_scenario(config(configs=[entry, {**entry, "sigma": 0.3}]), REPO)
