@@ -50,6 +50,16 @@ def test_dry_run_plans_the_paper_without_network(tmp_path):
     assert len(warnings) == 2
     assert "inception_v3_google-0cc3c7bd.pth are missing" in warnings[0]
     assert "resnet50-11ad3fa6.pth are missing" in warnings[1]
+    # shared draws, as the paper: the dry run names the control the figure draws
+    control = [
+        line for line in result.stderr.splitlines() if "shared-draws control" in line
+    ]
+    assert control == [
+        "shared-draws control: Fig. 4D draws, beside each compared pair's G curve, its "
+        "curve on the noise ceiling's 2 image(s) with independent draws (one "
+        "configuration's first estimate against the other's second), in "
+        "noise_ceiling.json too (config key shared_draws_control)"
+    ]
 
 
 @pytest.mark.workflow

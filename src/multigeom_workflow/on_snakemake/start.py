@@ -217,7 +217,12 @@ def _start(workflow, config: dict) -> Run:
             say(f"warning: {problem}")
     # (the notes include the one for test images not 64 x 64: the scenario's check
     # of the images, one pass)
-    for line in (scenario.gpu_fallback, *scenario.notes, scenario.stage5_skipped):
+    for line in (
+        scenario.gpu_fallback,
+        *scenario.notes,
+        scenario.stage5_skipped,
+        scenario.draws_control_line,
+    ):
         if line:
             say(line)
     main = facts.main  # not a job's own Snakemake (remote, subprocess)

@@ -107,7 +107,12 @@ def plot_fig4de(
         The Monte-Carlo noise ceiling
         (`multigeom_workflow.results.science.noise_ceiling`): A_k between two estimates
         of the same configuration, drawn in gray, one line per configuration labelled
-        ``"ceiling (2 seeds): <enc>/<area>"``.
+        ``"ceiling (2 seeds, n = <images>): <enc>/<area>"``; and its
+        ``shared_draws_control`` where it has one
+        (`multigeom_workflow.results.science.draws_control`): in panel D, each pair's
+        curve with independent draws on the ceiling's images, in the pair's colour,
+        thin with round markers, labelled ``"independent draws (n = <images>):
+        <kind>: <A> vs <B>"``.
     seeds : {"shared", "per_configuration"}, optional
         Config key ``monte_carlo_seeds`` of the run, said in the title's second line
         (`SEED_NOTES`): with shared draws, a G curve may lie above the ceiling by the
@@ -155,6 +160,8 @@ def plot_fig4de(
             )
             k_max = max(k_max, int(k[-1]))
         _plot_ceiling(ax, ceiling, metric)
+        if metric == "G":
+            _plot_draws_control(ax, ceiling, colors)
         _finish_axis(ax, k_max, n_pixels, title)
     axes[0].set_ylabel(r"subspace alignment $\mathcal{A}_k = \|V_A^\top V_B\|_F^2 / k$")
     axes[1].legend(
@@ -167,6 +174,8 @@ def plot_fig4de(
     )
     if seeds is not None:
         title += f"\n{SEED_NOTES[seeds]}"
+        if ((ceiling or {}).get("shared_draws_control") or {}).get("pairs"):
+            title += "; round markers in D: the same pairs with independent draws"
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -187,6 +196,26 @@ def _plot_ceiling(ax, ceiling: dict | None, metric: str) -> None:
             lw=1,
             color=(gray, gray, gray),
             label=f"ceiling (2 seeds, n = {curve['n_images']}): {label}",
+        )
+
+
+def _plot_draws_control(ax, ceiling: dict | None, colors: dict) -> None:
+    """
+    The shared-draws control's curves (panel D): each compared pair's A_k with
+    independent draws, in the colour of the pair's main curve.
+    """
+    control = (ceiling or {}).get("shared_draws_control") or {}
+    for name, entry in sorted(control.get("pairs", {}).items()):
+        label = f"{entry['kind']}: {name}"
+        curve = entry["independent"]
+        ax.plot(
+            curve["k"],
+            curve["alignment_mean"],
+            "-o",
+            lw=0.8,
+            ms=2.5,
+            color=colors.get(label, "black"),
+            label=f"independent draws (n = {curve['n_images']}): {label}",
         )
 
 

@@ -8,6 +8,12 @@ seeds of the draws: `multigeom_workflow.settings.seeds`).
   perfect agreement looks like through the estimator's noise: no cross-configuration
   alignment can be expected above it. J(x) has no Monte-Carlo part, so its ceiling is 1
   (up to the rotation of near-degenerate eigenvectors).
+* Shared-draws control: with shared Monte-Carlo draws (``monte_carlo_seeds:
+  shared``, the paper's), two configurations' estimates of image i draw the same
+  numbers, so their G(x) may agree through the draws alone. For the ceiling's images,
+  each compared pair's G curve is computed again between configuration A's first
+  estimate (seed + i) and B's second (seed + 10**6 + i), whose draws are independent,
+  beside the shared curve on the same images (`draws_control`).
 * Ground truth: for the demo's synthetic areas (upstream's `GaborTeacher`), the area's
   own Fisher information J_area(x) per test image (`multigeom_workflow.inputs.demo.
   truth.area_fisher`); A_k of each configuration's G(x) and J(x) with it says how
@@ -26,17 +32,18 @@ the structure of mutual information in neural populations. arXiv 2605.06304, Fig
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..atomic import atomic_path
 from ..settings.layout import parse_image_file, parse_truth_file
-from ..settings.names import configuration_label
+from ..settings.names import configuration_label, parse_configuration_label
 from ..settings.pairs import pair_kind
 from ..settings.seeds import CEILING_SEED_OFFSET
 
 __all__ = [
     "against_ceiling",
+    "draws_control",
     "noise_ceiling",
     "truth_alignment",
 ]
@@ -66,6 +73,7 @@ def noise_ceiling(
     second: Iterable[str | Path],
     max_k: int,
     out: str | Path | None = None,
+    pairs: Iterable[Sequence[str]] = (),
 ) -> dict:
     """
     A_k between two estimates of the same configurations and images.
@@ -80,13 +88,17 @@ def noise_ceiling(
         Largest k.
     out : str or Path, optional
         JSON file written atomically.
+    pairs : iterable of (str, str)
+        Compared pairs of configurations (``"<enc>/<area>"`` labels) whose
+        shared-draws control is computed (`draws_control`); none by default.
 
     Returns
     -------
     dict
         ``{"seed_offset": CEILING_SEED_OFFSET, "configurations": {"<enc>/<area>":
         {"G": curve, "J": curve}}}``, each curve upstream's `aggregate_pair` result
-        (``n_images``, ``k``, ``alignment_mean``, ``alignment_sem``, ...).
+        (``n_images``, ``k``, ``alignment_mean``, ``alignment_sem``, ...); with
+        `pairs`, ``"shared_draws_control"``: `draws_control`'s result.
     """
     from multigeom.pipeline.alignment import aggregate_pair
 
@@ -96,7 +108,66 @@ def noise_ceiling(
         curves = {m: aggregate_pair(a[key], b[key], m, max_k) for m in ("G", "J")}
         if all(curves.values()):
             result["configurations"][configuration_label(*key)] = curves
+    pairs = [tuple(p) for p in pairs]
+    if pairs:
+        result["shared_draws_control"] = draws_control(a, b, pairs, max_k)
     return _write(result, out)
+
+
+def draws_control(
+    first: dict[tuple[str, str], dict[int, dict]],
+    second: dict[tuple[str, str], dict[int, dict]],
+    pairs: Iterable[Sequence[str]],
+    max_k: int,
+) -> dict:
+    """
+    The shared-draws control of Fig. 4D: each compared pair's G(x) alignment on the
+    noise ceiling's images, with the draws shared and with them independent.
+
+    With ``monte_carlo_seeds: shared`` (the paper's common random numbers),
+    configurations A and B estimate image i from the same draws (seed + i): A_k
+    between them measures the geometries' agreement plus the draws'. Configuration
+    B's second estimate of the same image (seed + 10**6 + i) has draws independent
+    of A's first, so A_k between those two is the pair's agreement without the
+    shared draws. J(x) has no Monte-Carlo part, so it has no control.
+
+    Parameters
+    ----------
+    first, second : dict
+        ``(encoder, area) -> {index: per-image dict}``: the first estimates of the
+        ceiling's images and their second estimates.
+    pairs : iterable of (str, str)
+        ``("<enc>/<area>", "<enc>/<area>")``, the compared pairs (cross-model or
+        cross-area, `settings.pairs.pair_kind`); a pair without both estimates is
+        left out.
+    max_k : int
+        Largest k.
+
+    Returns
+    -------
+    dict
+        ``{"seed_offset": 10**6, "pairs": {"<A> vs <B>": {"kind": ..., "shared":
+        curve, "independent": curve}}}``, each curve upstream's `aggregate_pair`
+        result over the same images (``shared``: A's first estimates against B's
+        first; ``independent``: A's first against B's second).
+    """
+    from multigeom.pipeline.alignment import aggregate_pair
+
+    out = {}
+    for label_a, label_b in pairs:
+        a, b = parse_configuration_label(label_a), parse_configuration_label(label_b)
+        if a not in first or b not in first or b not in second:
+            continue
+        independent = aggregate_pair(first[a], second[b], "G", max_k)
+        shown = {i: first[b][i] for i in second[b] if i in first[b]}
+        shared = aggregate_pair(first[a], shown, "G", max_k)
+        if independent and shared:
+            out[f"{label_a} vs {label_b}"] = {
+                "kind": pair_kind(a, b),
+                "shared": shared,
+                "independent": independent,
+            }
+    return {"seed_offset": CEILING_SEED_OFFSET, "pairs": out}
 
 
 def truth_alignment(

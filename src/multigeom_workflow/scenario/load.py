@@ -518,4 +518,5 @@ def load_scenario(
         monte_carlo_seeds=seeds,
         ceiling_images=ceiling_images,
         results_dir=str(config["results_dir"]),
+        draws_control=bool(config.get("shared_draws_control", True)),
     )

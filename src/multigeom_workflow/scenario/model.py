@@ -135,6 +135,9 @@ class Scenario:
     results_dir : str
         The figures and the report's tables (config key ``results_dir``); with
         `runs_dir`, the run's `layout`.
+    draws_control : bool
+        Config key ``shared_draws_control``: with shared draws and a noise ceiling,
+        the figure's control of what the shared draws make (`draws_control_pairs`).
     """
 
     configurations: tuple[Configuration, ...]
@@ -160,6 +163,7 @@ class Scenario:
     monte_carlo_seeds: str = "shared"
     ceiling_images: int = 0
     results_dir: str = "results"
+    draws_control: bool = True
 
     def estimator_of(self, encoder: str, area: str) -> dict:
         """
@@ -245,6 +249,51 @@ class Scenario:
             f"note: config key 'configs' = [{names}]: no two configurations share an "
             "area (cross-model) or an encoder (cross-area), so Stage 5 and the figure "
             "are left out; this run computes the per-image files only"
+        )
+
+    @property
+    def draws_control_pairs(self) -> list[tuple[str, str]]:
+        """
+        The compared pairs (``"<enc>/<area>"`` labels) whose shared-draws control
+        is computed (`multigeom_workflow.results.science.draws_control`): every
+        comparable pair with ``monte_carlo_seeds: shared``, a noise ceiling and
+        config key ``shared_draws_control`` true; else none.
+        """
+        if not (
+            self.draws_control
+            and self.monte_carlo_seeds == "shared"
+            and self.ceiling_images
+        ):
+            return []
+        return [(a.label, b.label) for a, b in self.comparable_pairs]
+
+    @property
+    def draws_control_line(self) -> str | None:
+        """
+        The run's line on the shared-draws control (every run and dry run says it):
+        what Fig. 4D draws beside the shared curves, or that nothing controls for
+        the shared draws; None without shared draws or a comparison.
+        """
+        if self.monte_carlo_seeds != "shared" or not self.comparable_pairs:
+            return None
+        n = self.ceiling_images
+        if self.draws_control_pairs:
+            return (
+                f"shared-draws control: Fig. 4D draws, beside each compared pair's G "
+                f"curve, its curve on the noise ceiling's {n} image(s) with "
+                "independent draws (one configuration's first estimate against the "
+                "other's second), in noise_ceiling.json too (config key "
+                "shared_draws_control)"
+            )
+        why = (
+            "config key 'shared_draws_control' = false"
+            if self.ceiling_images
+            else "config key 'noise_ceiling_images' = 0"
+        )
+        return (
+            f"note: no shared-draws control ({why}): with monte_carlo_seeds shared, "
+            "the G curves include the agreement of the draws the configurations "
+            "share (docs/interpretation.md)"
         )
 
     def configuration(self, encoder: str, area: str) -> Configuration:
