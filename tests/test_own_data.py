@@ -6,10 +6,12 @@ before any job and recorded where the jobs read them (issue 49).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from conftest import REPO
-from test_scenario import config
+from test_scenario import SCHEMA, config
 
 from multigeom_workflow.compute.request import RunSettings
 from multigeom_workflow.results.verify import Expected
@@ -221,3 +223,38 @@ def test_a_configuration_listed_twice_is_still_refused(tmp_path, monkeypatch):
     entry = mine(ckpts, "mycnn", "IT", architecture="small_cnn")
     with pytest.raises(ConfigError, match=r"'configs\[1\]' = mycnn/IT: listed twice"):
         load_scenario(config(configs=[entry, {**entry, "sigma": 0.3}]), REPO)
+
+
+def test_a_configfile_is_told_which_keys_it_left_to_the_demos_file():
+    from multigeom_workflow.settings.load import defaults_taken, defaults_taken_line
+
+    demo = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    schema = yaml.safe_load(Path(SCHEMA).read_text())
+    mine = {
+        "configs": [{"encoder": "mycnn", "area": "IT", "architecture": "small_cnn"}],
+        "n_images": 10,
+        "modal": {"gpu": "H100"},
+    }
+    taken = dict(defaults_taken(demo, mine, schema, skip=("demo",)))
+    # the demo's values that differ from the schema's defaults, and only those
+    # (modal.max_cost_usd: the demo's 10.0 is the schema's default too)
+    assert taken == {
+        "monte_carlo_seeds": "per_configuration",
+        "estimator": "config/estimator_demo.yaml",
+        "diffusion": "config/diffusion_demo.yaml",
+    }
+    assert "seed" not in taken and "modal.gpu" not in taken and "configs" not in taken
+    line = defaults_taken_line(list(taken.items()))
+    assert line.startswith(
+        "note: config/config.yaml (the demo's settings) gives the keys your "
+        "--configfile leaves out: "
+    )
+    assert "estimator = config/estimator_demo.yaml" in line
+    # the paper's file sets every key that changes its run
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    assert defaults_taken(demo, paper, schema, skip=("demo",)) == []
+    assert defaults_taken_line([]) is None
+    # a file without configurations takes the demo's four
+    left = dict(defaults_taken(demo, {"n_images": 1}, schema, skip=("demo",)))
+    assert left["configs"] == demo["configs"]
+    assert "configs = [4 entries]" in defaults_taken_line(list(left.items()))

@@ -60,6 +60,8 @@ def test_dry_run_plans_the_paper_without_network(tmp_path):
         "configuration's first estimate against the other's second), in "
         "noise_ceiling.json too (config key shared_draws_control)"
     ]
+    # the paper's file sets every key that changes its run: nothing is the demo's
+    assert "--configfile leaves out" not in result.stderr
 
 
 @pytest.mark.workflow

@@ -147,6 +147,7 @@ def test_schema_allows_any_label_the_rules_match_and_upstreams_architectures():
     import multigeom.encoders.backbones  # noqa: F401  (registers upstream's backbones)
     from multigeom.encoders.reference import REFERENCE_ENCODERS
     from multigeom.encoders.registry import BACKBONES
+
     from multigeom_workflow.settings.layout import WILDCARD_CONSTRAINTS
     from multigeom_workflow.settings.names import (
         ARCHITECTURES,

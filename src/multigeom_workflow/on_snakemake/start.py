@@ -38,6 +38,7 @@ from ..planning.slurm_checks import (
 from ..scenario import ConfigError, Scenario, validated_scenario
 from ..settings.files import resolve_settings_file
 from ..settings.identity import recorded_in_canonical_form
+from ..settings.load import SNAKEFILE_CONFIGFILE, defaults_taken, defaults_taken_line
 from ..settings.names import ESTIMATE_RULE
 from ..settings.seeds import job_seeds
 from ..snakemake_adapter import Facts
@@ -138,6 +139,27 @@ def _export_run_settings(facts: Facts, config: dict, scenario: Scenario) -> None
         os.environ.update(MULTIGEOM_GPU_LOCK_DIR=str(allocation_lock_dir(slurm_job)))
 
 
+def _defaults_taken(workflow, scenario: Scenario, facts: Facts) -> str | None:
+    """
+    The line naming what a ``--configfile`` left to config/config.yaml (the demo's
+    values; `multigeom_workflow.settings.load.defaults_taken`), or None. The demo's
+    own keys are left out when no configuration is a demo area.
+    """
+    import yaml
+
+    given = adapter.configfile_values(workflow)
+    if given is None or not Path(SNAKEFILE_CONFIGFILE).is_file():
+        return None
+    schema_file = Path(facts.basedir) / "config" / "schemas" / "config.schema.yaml"
+    taken = defaults_taken(
+        adapter.read_config_file(SNAKEFILE_CONFIGFILE),
+        given,
+        yaml.safe_load(schema_file.read_text()),
+        skip=() if any(c.is_demo for c in scenario.configurations) else ("demo",),
+    )
+    return defaults_taken_line(taken)
+
+
 def _own_settings(scenario: Scenario) -> dict:
     """
     ``RunSettings.configurations``: each configuration's architecture and, where they
@@ -222,6 +244,7 @@ def _start(workflow, config: dict) -> Run:
         *scenario.notes,
         scenario.stage5_skipped,
         scenario.draws_control_line,
+        _defaults_taken(workflow, scenario, facts) if facts.main else None,
     ):
         if line:
             say(line)

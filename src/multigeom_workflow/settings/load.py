@@ -11,7 +11,12 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["SNAKEFILE_CONFIGFILE", "load_config"]
+__all__ = [
+    "SNAKEFILE_CONFIGFILE",
+    "defaults_taken",
+    "defaults_taken_line",
+    "load_config",
+]
 
 
 #: The Snakefile's ``configfile:`` (relative to the working directory, as Snakemake
@@ -87,3 +92,70 @@ def load_config(
             "--configfile"
         )
     return config
+
+
+def defaults_taken(
+    workflow_config: dict, given: dict, schema: dict, skip: tuple[str, ...] = ()
+) -> list[tuple[str, object]]:
+    """
+    The values a run takes from the Snakefile's ``configfile:`` (config/config.yaml,
+    the demo's) because the command line's config files do not set them, where they
+    differ from the schema's default: (dotted key, value), in the file's order.
+
+    Snakemake deep-merges ``--configfile`` over the Snakefile's file
+    (`snakemake.utils.update_config`), so a key left out of one's own file is the
+    demo's, silently: e.g. ``estimator`` is then ``config/estimator_demo.yaml``,
+    while the schema's default is upstream's ``estimator``.
+
+    Parameters
+    ----------
+    workflow_config : dict
+        The Snakefile's config file, as read.
+    given : dict
+        What ``--configfile`` and ``--config`` set
+        (`multigeom_workflow.snakemake_adapter.configfile_values`).
+    schema : dict
+        The config schema (config/schemas/config.schema.yaml), for its defaults.
+    skip : tuple of str
+        Dotted keys left out (with what is below them), e.g. ``("demo",)`` when no
+        configuration is a demo area.
+    """
+    out: list[tuple[str, object]] = []
+
+    def walk(prefix: str, base: dict, given: dict, props: dict) -> None:
+        for key, value in base.items():
+            name = f"{prefix}{key}"
+            if name in skip:
+                continue
+            spec = props.get(key) or {}
+            mine = given.get(key, {})
+            if isinstance(value, dict) and isinstance(mine, dict):
+                walk(f"{name}.", value, mine, spec.get("properties") or {})
+            elif key in given:
+                continue
+            elif "default" not in spec or spec["default"] != value:
+                out.append((name, value))
+
+    walk("", workflow_config, given, schema.get("properties") or {})
+    return out
+
+
+def defaults_taken_line(taken: list[tuple[str, object]]) -> str | None:
+    """
+    The run's one line naming `defaults_taken` (None when there are none): each key
+    and the value it took (a list of configurations as its count).
+    """
+    if not taken:
+        return None
+
+    def shown(value) -> str:
+        if isinstance(value, list):
+            return f"[{len(value)} entries]"
+        return str(value)
+
+    values = ", ".join(f"{key} = {shown(value)}" for key, value in taken)
+    return (
+        f"note: {SNAKEFILE_CONFIGFILE} (the demo's settings) gives the keys your "
+        f"--configfile leaves out: {values}; set them in your file to change them "
+        "(config/README.md)"
+    )

@@ -17,7 +17,8 @@ themselves (a scan in tests/test_snakemake_hooks.py fails when one does).
 
 Three kinds of use:
 
-- reading the run: `facts`, `given_resources`, `executor_from_command_line`,
+- reading the run: `facts`, `configfile_values`, `given_resources`,
+  `executor_from_command_line`,
   `inspection_only`, `read_config_file`, `read_config_values`,
   `slurm_status_command`, `submit_dir`, `resources_in_force`,
   `planned_jobs`, `when_plan_built`;
@@ -54,6 +55,7 @@ from .reading import (
     INSPECTING_COMMANDS,
     Facts,
     GivenResources,
+    configfile_values,
     executor_from_command_line,
     facts,
     given_resources,
@@ -91,6 +93,7 @@ __all__ = [
     "Facts",
     "GivenResources",
     "InternalChanged",
+    "configfile_values",
     "executor_from_command_line",
     "facts",
     "fewer_collections",
@@ -177,4 +180,9 @@ INTERNALS = {
         "older runs' recorded params read in canonical form (read_recorded_params_as)"
     ),
     "snakemake.cli.parse_config": "--config values as Snakemake parses them",
+    "workflow.config_settings.configfiles, .overwrite_config, "
+    ".replace_workflow_config": (
+        "what the command line's config files set (configfile_values: the defaults "
+        "a --configfile leaves to config/config.yaml)"
+    ),
 }

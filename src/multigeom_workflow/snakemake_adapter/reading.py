@@ -62,6 +62,20 @@ def facts(workflow) -> Facts:
     )
 
 
+def configfile_values(workflow) -> dict | None:
+    """
+    What the command line's ``--configfile`` files and ``--config`` values set,
+    deep-merged as Snakemake merges them before laying them over the Snakefile's
+    ``configfile:`` (`snakemake.settings.types.ConfigSettings.overwrite_config`); None
+    without a ``--configfile``, or with ``--replace-workflow-config`` (then the
+    Snakefile's file is not read at all).
+    """
+    settings = workflow.config_settings
+    if not settings.configfiles or settings.replace_workflow_config:
+        return None
+    return dict(settings.overwrite_config)
+
+
 def _as_written(value) -> str:
     """A resource value as a profile or the command line wrote it (quotes off)."""
     from snakemake.resources import Resource
