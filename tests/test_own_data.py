@@ -6,9 +6,11 @@ before any job and recorded where the jobs read them (issue 49).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import REPO
 from test_scenario import SCHEMA, config
@@ -258,3 +260,43 @@ def test_a_configfile_is_told_which_keys_it_left_to_the_demos_file():
     left = dict(defaults_taken(demo, {"n_images": 1}, schema, skip=("demo",)))
     assert left["configs"] == demo["configs"]
     assert "configs = [4 entries]" in defaults_taken_line(list(left.items()))
+
+
+def test_a_checkpoint_of_another_architecture_fails_its_job_by_name():
+    from multigeom.encoders import NeuralEncoder, OnOffEncoder, SmallCNNBackbone
+
+    from multigeom_workflow.compute.estimate import (
+        Models,
+        check_architecture,
+        encoder_architecture,
+    )
+    from multigeom_workflow.compute.request import EstimateRequest
+
+    cnn = NeuralEncoder(SmallCNNBackbone(), n_neurons=3)
+    assert encoder_architecture(cnn) == "small_cnn"
+    assert encoder_architecture(OnOffEncoder(n_neurons=3)) == "onoff"
+    assert encoder_architecture(torch.nn.Linear(2, 2)) == ""
+    models = Models(cnn, None, None, None, torch.device("cpu"))
+    request = EstimateRequest(
+        image="x.png",
+        index=0,
+        out="o.pt",
+        estimator={},
+        encoder_name="mycnn",
+        area="IT",
+        encoder_ckpt="/models/mycnn.pt",
+        diffusion_ckpt="/models/diff.pt",
+        diffusion={},
+        architecture="onoff",
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"encoder checkpoint '/models/mycnn.pt' of mycnn/IT holds a 'small_cnn' "
+        r"encoder, but its configuration's architecture .* is 'onoff'",
+    ):
+        check_architecture(models, request)
+    assert check_architecture(models, replace(request, architecture="small_cnn")) == (
+        "small_cnn"
+    )
+    # a request that names none is not checked
+    assert check_architecture(models, replace(request, architecture="")) == "small_cnn"
