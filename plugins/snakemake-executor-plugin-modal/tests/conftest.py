@@ -43,7 +43,7 @@ def modal_server(tmp_path, monkeypatch):
     it (``MODAL_SERVER_URL``, its credentials, no other ``MODAL_*`` setting:
     ``LocalModal.client_env``; heartbeats every second), and the plugin's volume
     mount path moved below the test's folder (``SNAKEMAKE_MODAL_TEST_MOUNT``, and
-    ``MOUNT`` of this process's plugin): the server mounts volumes only there.
+    ``limits.MOUNT`` of this process's plugin): the server mounts volumes only there.
     Containers find this interpreter's ``python`` first on PATH (as an image would
     have its own); a container's cancel reaches it within a second.
 
@@ -53,8 +53,7 @@ def modal_server(tmp_path, monkeypatch):
         The running server (``state``: apps, volumes, function calls, containers,
         ``bill()``), with ``mount`` (pathlib.Path) the plugin's mount path.
     """
-    import snakemake_executor_plugin_modal as plugin
-    from snakemake_executor_plugin_modal import calls
+    from snakemake_executor_plugin_modal import limits
 
     with serve(tmp_path / "modal-server", container_heartbeat_s=1.0) as server:
         env = server.client_env(heartbeat_interval_s=1.0)
@@ -67,8 +66,7 @@ def modal_server(tmp_path, monkeypatch):
         )
         mount = tmp_path / "mnt" / "snakemake-volume"
         monkeypatch.setenv("SNAKEMAKE_MODAL_TEST_MOUNT", str(mount))
-        monkeypatch.setattr(calls, "MOUNT", str(mount))
-        monkeypatch.setattr(plugin, "MOUNT", str(mount))
+        monkeypatch.setattr(limits, "MOUNT", str(mount))  # read there at each use
         server.mount = mount
         reset_modal_client()
         try:

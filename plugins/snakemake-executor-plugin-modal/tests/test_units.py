@@ -330,7 +330,11 @@ def _job(gpu=0, gpu_model=None, runtime=None, modal_gpu=None, budget=None):
         res["modal_max_cost_usd"] = budget
     if runtime is not None:
         res["runtime"] = runtime
-    return types.SimpleNamespace(resources=res, threads=1)
+    return types.SimpleNamespace(resources=res, threads=1, is_group=lambda: False)
+
+
+def _group(jobs):
+    return types.SimpleNamespace(jobs=jobs, is_group=lambda: True)
 
 
 @pytest.mark.parametrize(
@@ -362,7 +366,7 @@ def test_gpu_request_from_resources(jobs, default, expected):
         default_gpu=None if default is None else parse_gpu(default),
         get_jobname=lambda job: "job",
     )
-    job = jobs[0] if len(jobs) == 1 else types.SimpleNamespace(jobs=jobs)
+    job = jobs[0] if len(jobs) == 1 else _group(jobs)
     assert Executor.gpu_request(executor, job) == expected
 
 
@@ -386,7 +390,7 @@ def test_budget_of_a_job(setting, jobs, expected):
     executor = types.SimpleNamespace(
         settings=ExecutorSettings(max_cost_usd=setting), get_jobname=lambda job: "j"
     )
-    job = jobs[0] if len(jobs) == 1 else types.SimpleNamespace(jobs=jobs)
+    job = jobs[0] if len(jobs) == 1 else _group(jobs)
     assert Executor.budget(executor, job) == expected
     if expected is not None:  # the ledger refuses above that budget, naming it
         ledger = Ledger()
@@ -418,9 +422,7 @@ def test_gpu_request_errors():
     )
     with pytest.raises(WorkflowError, match="no --modal-gpu is set"):
         Executor.gpu_request(executor, _job(gpu=1))
-    group = types.SimpleNamespace(
-        jobs=[_job(gpu=1, gpu_model="A100"), _job(gpu=1, gpu_model="H100")]
-    )
+    group = _group([_job(gpu=1, gpu_model="A100"), _job(gpu=1, gpu_model="H100")])
     with pytest.raises(WorkflowError, match="request different GPUs"):
         Executor.gpu_request(executor, group)
     with pytest.raises(WorkflowError, match="resource 'modal_gpu'.*positive integer"):
@@ -428,14 +430,14 @@ def test_gpu_request_errors():
 
 
 def test_runtime_resource_is_minutes():
-    from snakemake_executor_plugin_modal import _runtime_seconds
+    from snakemake_executor_plugin_modal.resources import runtime_seconds
 
-    assert _runtime_seconds(_job(runtime=2)) == 120.0
-    assert _runtime_seconds(_job()) is None
+    assert runtime_seconds(_job(runtime=2)) == 120.0
+    assert runtime_seconds(_job()) is None
 
 
 def test_files_named_by_the_config_are_shipped_tracked_or_not(tmp_path):
-    from snakemake_executor_plugin_modal import _config_files
+    from snakemake_executor_plugin_modal.jobspec import config_files
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "new-settings.yaml").write_text("a: 1")  # not in git
@@ -445,7 +447,7 @@ def test_files_named_by_the_config_are_shipped_tracked_or_not(tmp_path):
         "nested": [{"folder": "data"}, "not a path", 3],
         "outside": "../elsewhere.yaml",
     }
-    assert _config_files(config, tmp_path) == ["config/new-settings.yaml"]
+    assert config_files(config, tmp_path) == ["config/new-settings.yaml"]
 
 
 def test_an_error_stopping_the_app_is_reported_not_raised():

@@ -21,6 +21,8 @@ from pathlib import Path
 from snakemake_interface_common.exceptions import WorkflowError
 
 from .image import check_python_version
+from .ledger import Ledger
+from .limits import STARTUP_S
 from .prices import (
     give_prices,
     parse_gpu,
@@ -28,6 +30,7 @@ from .prices import (
     price_per_second,
     price_table,
 )
+from .staging import relative_to_workdir
 
 __all__ = [
     "OAUTH_SETTINGS",
@@ -228,8 +231,11 @@ def settings_problems(settings, workflow=None) -> list[str]:
         parse_prices(getattr(settings, "gpu_prices", None) or [])
     except ValueError as e:
         problems.append(str(e))
-    storage = getattr(workflow, "storage_settings", None)
-    provider = getattr(storage, "default_storage_provider", None)
+    # read without a default: the executor checks at start that Snakemake has it
+    # (`snakemake_reads`); a dry run's preflight passes no workflow
+    provider = (
+        None if workflow is None else workflow.storage_settings.default_storage_provider
+    )
     if provider:
         problems.append(
             f"--default-storage-provider {provider}: the Modal executor moves files "
@@ -285,9 +291,6 @@ def job_problems(executor, jobs, workdir: Path) -> list[str]:
     list of str
         One line per problem, the first of each kind per rule.
     """
-    from .calls import STARTUP_S, Ledger
-    from .staging import relative_to_workdir
-
     problems, seen = [], set()
 
     def add(kind: str, rule: str, text: str) -> None:
@@ -296,7 +299,7 @@ def job_problems(executor, jobs, workdir: Path) -> list[str]:
             problems.append(text)
 
     for job in jobs:
-        rule = getattr(getattr(job, "rule", None), "name", None) or str(job)
+        rule = job.rule.name
         for f in job.input:
             try:
                 relative_to_workdir(f, workdir)

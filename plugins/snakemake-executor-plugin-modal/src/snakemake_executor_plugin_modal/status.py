@@ -1,0 +1,134 @@
+"""
+The status of the running calls, at each of Snakemake's status checks: a job
+waiting for budget is started when the guard admits it, a running call is polled
+without blocking (`ContainerCall.poll`), and a finished one's files are brought home
+and its success or failure reported, with its log's tail; a call Modal ended without
+a cancel from the run ends the run's app for every call (`Status.app_ended`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .app import ended_line
+from .calls import ContainerCall, Outcome
+
+__all__ = ["LOG_TAIL_LINES", "Status"]
+
+#: Lines of a failed job's log printed with its error.
+LOG_TAIL_LINES = 30
+
+
+class Status:
+    """
+    The executor's status checks (a part of ``Executor``).
+
+    Reads the executor's state made in ``Executor.__post_init__``: the running calls
+    (``_calls``), the jobs waiting for budget (``_waiting``) and the calls whose
+    cancel failed (``_orphans``), under ``_calls_lock``; the failed jobs' specs until
+    their files come home (``_failed``: `Homecoming.bring_home_failed`); ``ledger``,
+    ``app``, ``pauses``, ``workdir``; ``_app_ended``, which it sets.
+    """
+
+    async def poll_active(self, active_jobs):
+        """
+        ``check_active_jobs``'s work: yields the jobs still active. Modal's client
+        calls block: they run in threads, not in Snakemake's event loop.
+        """
+        await asyncio.to_thread(self.cancel_orphans)
+        await asyncio.to_thread(self.check_budget)
+        for job_info in active_jobs:
+            external_id = job_info.external_jobid
+            with self._calls_lock:
+                waiting = self._waiting.get(external_id)
+                call = self._calls.get(external_id)
+            if waiting is not None:
+                if await self.start_waiting(job_info):
+                    yield job_info
+                continue
+            if call is None:  # cancelled meanwhile
+                continue
+            if self._app_ended is None:
+                async with self.status_rate_limiter:
+                    outcome = await asyncio.to_thread(call.poll)
+                if outcome is None:
+                    yield job_info
+                    continue
+                if outcome.ended_by_modal:
+                    self.app_ended(call, outcome)
+                    outcome.message = self.ended_with_app()
+            else:  # not taken as running: Modal may never give its output
+                outcome = Outcome(False, self.ended_with_app())
+                await asyncio.to_thread(call.cancel, 1)  # if it runs on even so
+            with self._calls_lock:
+                if self._calls.pop(external_id, None) is None:
+                    continue  # cancelled meanwhile (Ctrl-C): counted there
+                if not outcome.ok and call.ended is None:  # its cancel failed
+                    self._orphans.append(call)
+            if call.ended is not None:
+                self.ledger.add(call.gpu, call.seconds)
+            if call.cancelled and self.ledger.exhausted is not None:
+                outcome.message = self.ledger.exhausted
+            await self.report_outcome(job_info, call, outcome)
+
+    async def report_outcome(self, job_info, call: ContainerCall, outcome) -> None:
+        """Bring a finished job's files home and report its success or failure."""
+        try:
+            await asyncio.to_thread(self.fetch_results, job_info, outcome.ok)
+        except Exception as e:
+            outcome.ok = False
+            outcome.message = f"could not download the job's files: {e}"
+        if outcome.ok:
+            self.report_job_success(job_info)
+            return
+        # brought home once Snakemake has removed the failed job's outputs
+        self._failed[job_info.job] = job_info.aux["spec"]
+        msg = f"Modal call {call.call_id}: {outcome.message}\n" + self.log_report(
+            job_info, outcome
+        )
+        if job_info.job.is_group():  # Snakemake prints no message for it
+            self.logger.error(f"{self.get_jobname(job_info.job)}: {msg}")
+        self.report_job_error(job_info, msg=msg)
+
+    def app_ended(self, call: ContainerCall, outcome: Outcome) -> None:
+        """
+        Say once, in one line (`app.ended_line`), that the run's app has ended under
+        it: Modal ended `call` without a cancel from this run
+        (`Outcome.ended_by_modal`), with what this process knows of why (`Pauses`:
+        it did not run, so its client sent no heartbeat, for longer than the
+        heartbeat interval). From then on every running call fails at its next
+        status check (Modal may never give a stopped app's calls an output: none is
+        taken as running) and no job is started (a spawn into a stopped app fails
+        with an error that does not say why); failed shards bring home what their
+        containers committed (`handle_job_error`), so the next run computes only
+        the rest.
+        """
+        if self._app_ended is not None:
+            return
+        self._app_ended = ended_line(
+            self.app.app_id,
+            outcome.message,
+            self.pauses.longest(since=call.spawned_at),
+            self.pauses.least_s,
+        )
+        self.logger.error(self._app_ended)
+
+    def ended_with_app(self) -> str:
+        """A job's message once the run's app has ended (the line said once)."""
+        return f"ended with the run's app {self.app.app_id} (said above)"
+
+    def log_report(self, job_info, outcome) -> str:
+        """The tail of a failed job's container log, and where the whole log is."""
+        local = self.workdir / job_info.aux["spec"]["log"]
+        if local.exists():
+            tail = local.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            where = f"whole log: {local}"
+        elif outcome.result is not None:
+            tail = outcome.result["log_tail"].splitlines()[-LOG_TAIL_LINES:]
+            where = "the log did not reach the volume"
+        else:
+            return (
+                "no log reached the volume (the container was lost before its first "
+                f"sync); Modal's own logs: `modal app logs {self.app.app_id}`\n"
+            )
+        return f"last lines of its log ({where}):\n" + "\n".join(tail) + "\n"

@@ -1,0 +1,158 @@
+"""
+Submission and admission: a job Snakemake hands the executor is spawned if the
+budget guard admits it now (`Ledger.admit`), held until a running call ends (reported
+submitted as ``waiting-<n>``), or refused; its files are staged and its container
+spawned with the admitted timeout (`Submission.start`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from snakemake_interface_common.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+from .calls import ContainerCall
+from .ledger import Admission
+from .limits import MAX_TIMEOUT_S
+from .resources import cpus, memory_mb, runtime_seconds
+
+__all__ = ["Submission"]
+
+
+class Submission:
+    """
+    The executor's submission and admission (a part of ``Executor``).
+
+    Reads the executor's state made in ``Executor.__post_init__``: ``settings``,
+    ``ledger``, ``app``, ``stager``; the running calls (``_calls``), the jobs waiting
+    for budget (``_waiting``, ``_waited``) and the calls whose cancel failed
+    (``_orphans``), under ``_calls_lock``; ``_admit_lock``, under which a job is
+    admitted and registered as one step, whether submitted (Snakemake's thread) or
+    started after waiting (the status thread), so that two jobs never pass the guard
+    against the same budget left; ``_app_ended`` (`Status.app_ended`). The running
+    calls it holds aside are `Cancellation.running_calls`.
+    """
+
+    def not_submitted(self, job_info, msg: str) -> None:
+        """Report a job that was not submitted (its own error: ``--retries``
+        applies); Snakemake prints no message for a group's error: said here."""
+        if job_info.job.is_group():
+            self.logger.error(msg)
+        self.report_job_error(job_info, msg=msg)
+
+    def submission_error(self, job, e: Exception) -> str:
+        """The line of a job whose submission raised `e`."""
+        text = (str(e).strip().splitlines() or [""])[0]
+        kind = "" if isinstance(e, WorkflowError) else f"{type(e).__name__}: "
+        return f"Modal: job {self.get_jobname(job)} not submitted: {kind}{text}"
+
+    def submit(self, job) -> None:
+        """
+        Spawn the job's container if the budget guard admits it now
+        (:meth:`admission`); else hold it until a running call ends (reported
+        submitted as ``waiting-<n>``: :meth:`start_waiting` starts it), or refuse
+        it (see ``Executor.run_job``).
+        """
+        name = self.get_jobname(job)
+        if self._app_ended is not None:
+            msg = f"Modal: job {name} not submitted: {self.ended_with_app()}"
+            self.not_submitted(SubmittedJobInfo(job), msg)
+            return
+        with self._admit_lock:  # admitted and registered as one step
+            admission = self.admission(job)
+            if admission.verdict == "refuse":
+                msg = f"Modal: job {name}: {admission.message}"
+                self.not_submitted(SubmittedJobInfo(job), msg)
+                return
+            if admission.verdict == "wait":
+                with self._calls_lock:
+                    self._waited += 1
+                    external_id = f"waiting-{self._waited}"
+                    self._waiting[external_id] = job
+                self.logger.info(f"Modal: job {name} waits: {admission.message}")
+                self.report_job_submission(
+                    SubmittedJobInfo(job, external_jobid=external_id, aux={})
+                )
+                return
+            call, spec = self.start(job, admission)
+            with self._calls_lock:
+                self._calls[call.call_id] = call
+        self.report_job_submission(
+            SubmittedJobInfo(job, external_jobid=call.call_id, aux={"spec": spec})
+        )
+
+    def admission(self, job) -> Admission:
+        """
+        What the budget guard says of this job now (`Ledger.admit`): its timeout is
+        its ``runtime`` (fixed), else ``--modal-timeout`` (which may be cut to what
+        is left of the budget); the running calls' worst cases are held aside.
+        """
+        gpu = self.gpu_request(job)
+        runtime_s = runtime_seconds(job)
+        timeout_s = min(runtime_s or self.settings.timeout, MAX_TIMEOUT_S)
+        running = self.running_calls()
+        return self.ledger.admit(
+            gpu,
+            timeout_s,
+            self.budget(job),
+            sum(c.reserved_usd(self.ledger.startup_s) for c in running),
+            len(running),
+            may_cut=runtime_s is None,
+        )
+
+    def start(self, job, admission: Admission) -> tuple[ContainerCall, dict]:
+        """Stage the job's files and spawn its container with the admitted
+        timeout; returns the call and the job's spec."""
+        if admission.message:  # its timeout was cut to the budget left
+            self.logger.warning(
+                f"Modal: job {self.get_jobname(job)}: {admission.message}"
+            )
+        gpu = self.gpu_request(job)
+        spec = self.job_spec(job)
+        self.stager.upload(spec["stage"])
+        handle = self.app.spawn(
+            spec, gpu, cpus(job), memory_mb(job), admission.timeout_s
+        )
+        call = ContainerCall(handle, gpu, admission.timeout_s, warn=self.logger.warning)
+        call.budget = self.budget(job)
+        return call, spec
+
+    async def start_waiting(self, job_info) -> bool:
+        """
+        Start a job that waits for budget if the guard admits it now; True while it
+        is active (started, or still waiting), False once it was refused or failed
+        to start (reported).
+        """
+        job = job_info.job
+        name = self.get_jobname(job)
+        try:
+            started = await asyncio.to_thread(self._start_if_admitted, job_info)
+            if started is None:
+                return True
+        except Exception as e:
+            with self._calls_lock:
+                self._waiting.pop(job_info.external_jobid, None)
+            self.not_submitted(job_info, self.submission_error(job, e))
+            return False
+        call, spec = started
+        self.logger.info(f"Modal: job {name} started ({call.call_id})")
+        job_info.aux["spec"] = spec
+        return True
+
+    def _start_if_admitted(self, job_info) -> tuple | None:
+        """A waiting job's admission and start, as one step (`_admit_lock`): the
+        call and its spec, None while it still waits; raises when refused."""
+        if self._app_ended is not None:
+            raise WorkflowError(self.ended_with_app())
+        with self._admit_lock:
+            admission = self.admission(job_info.job)
+            if admission.verdict == "wait":
+                return None
+            if admission.verdict == "refuse":
+                raise WorkflowError(admission.message)
+            call, spec = self.start(job_info.job, admission)
+            with self._calls_lock:
+                self._waiting.pop(job_info.external_jobid, None)
+                self._calls[job_info.external_jobid] = call
+            return call, spec
