@@ -10,6 +10,8 @@ rule verify_per_image_files:
     log:
         "logs/verify_per_image_files.log",
     localrule: True
+    conda:
+        CONDA_ENV
     params:
         expected=get_expected_per_image(),
         image_files=SCENARIO.test_image_files[: SCENARIO.n_images],
@@ -35,6 +37,8 @@ rule align_configs:
     log:
         "logs/align_configs.log",
     localrule: True
+    conda:
+        CONDA_ENV
     params:
         max_k=SCENARIO.top_k,
         n_images=SCENARIO.n_images,

@@ -22,6 +22,12 @@ except ImportError as err:
         "./plugins/snakemake-executor-plugin-modal` in the repository (see README.md)"
     ) from None
 
+# The conda environment that each job activates with `--sdm conda` (the rules' `conda`
+# directive): the one `conda env create -f environment.yml` makes, by its name there.
+# Snakemake runs in it too, since the Snakefile imports this package
+# (README.md, "On a fresh machine").
+CONDA_ENV = "multigeom-workflow"
+
 # the schema (config/schemas/config.schema.yaml), the file-system checks, and the rest
 RUN = hooks.start(workflow, config)
 SCENARIO = RUN.scenario

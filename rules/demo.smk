@@ -21,6 +21,8 @@ rule export_demo_photos:
     benchmark:
         "logs/benchmarks/export_demo_photos/run.tsv"
     localrule: True
+    conda:
+        CONDA_ENV
     script:
         "../scripts/export_demo_photos.py"
 
@@ -33,6 +35,8 @@ rule cut_training_crops:
     benchmark:
         "logs/benchmarks/cut_training_crops/run.tsv"
     localrule: True
+    conda:
+        CONDA_ENV
     params:
         n_crops=DEMO["n_train_crops"],
         seed=DEMO["seed"],
@@ -52,6 +56,8 @@ rule simulate_area:
     wildcard_constraints:
         area="|".join(DEMO_AREAS),
     localrule: True
+    conda:
+        CONDA_ENV
     params:
         seed=DEMO["seed"],
         noise_sigma=DEMO["noise_sigma"],
@@ -76,6 +82,8 @@ rule fit_demo_encoder:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
     localrule: True
+    conda:
+        CONDA_ENV
     threads: 1
     params:
         epochs=DEMO["readout_epochs"],
@@ -103,6 +111,8 @@ rule train_demo_diffusion:
         encoder="|".join(DEMO_ENCODERS),
         area="|".join(DEMO_AREAS),
     localrule: True
+    conda:
+        CONDA_ENV
     threads: 1
     params:
         # train.seed per configuration with demo.diffusion_seeds: per_configuration
@@ -127,6 +137,8 @@ rule check_conditioning:
     benchmark:
         "logs/benchmarks/check_conditioning/run.tsv"
     localrule: True
+    conda:
+        CONDA_ENV
     threads: 1
     params:
         # configurations with settings of their own: each one's (the three below)
@@ -174,6 +186,8 @@ rule area_fisher:
     wildcard_constraints:
         area="|".join(DEMO_AREAS),
     localrule: True
+    conda:
+        CONDA_ENV
     threads: 1
     params:
         top_k=SCENARIO.top_k,

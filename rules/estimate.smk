@@ -31,6 +31,8 @@ rule estimate_image:
         LAYOUT.job_log_pattern("estimate_image"),
     group:
         get_shard if RUN.sharded else None
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         **hooks.estimate_resources(RUN),

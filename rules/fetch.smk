@@ -26,6 +26,8 @@ if HUB["source"] == "hub":
         # inputs/hub.py) and ends with one line; a retry here would only hold the run.
         retries: 0
         localrule: True
+        conda:
+            CONDA_ENV
         params:
             kind="encoders",
             repo_id=HUB["repo_id"],
@@ -45,6 +47,8 @@ if HUB["source"] == "hub":
         # inputs/hub.py) and ends with one line; a retry here would only hold the run.
         retries: 0
         localrule: True
+        conda:
+            CONDA_ENV
         params:
             kind="diffusion",
             repo_id=HUB["repo_id"],
@@ -64,6 +68,8 @@ if SCENARIO.test_source == "tinyimagenet" and TEST_IMAGES["download"]:
         # inputs/hub.py) and ends with one line; a retry here would only hold the run.
         retries: 0
         localrule: True
+        conda:
+            CONDA_ENV
         params:
             urls=TEST_IMAGES["urls"],
             expected_bytes=TEST_IMAGES["archive_bytes"],
@@ -80,5 +86,7 @@ if SCENARIO.test_source == "tinyimagenet" and TEST_IMAGES["download"]:
         wildcard_constraints:
             name=r"val_\d+",
         localrule: True
+        conda:
+            CONDA_ENV
         script:
             "../scripts/extract_test_image.py"

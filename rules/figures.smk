@@ -18,6 +18,8 @@ rule plot_fig4de:
     benchmark:
         "logs/benchmarks/plot_fig4de/run.tsv"
     localrule: True
+    conda:
+        CONDA_ENV
     params:
         seeds=SCENARIO.monte_carlo_seeds,  # said in the figure's title
     script:
@@ -61,6 +63,8 @@ rule plot_eigenvectors:
     benchmark:
         "logs/benchmarks/plot_eigenvectors/run.tsv"
     localrule: True
+    conda:
+        CONDA_ENV
     params:
         n_vectors=EIGENVECTORS_DRAWN,  # per matrix (G, its second estimate, J)
     script:

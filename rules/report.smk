@@ -31,6 +31,8 @@ rule summarize_run:
     log:
         "logs/summarize_run.log",
     localrule: True
+    conda:
+        CONDA_ENV
     params:
         configurations=[[c.encoder, c.area] for c in SCENARIO.configurations],
         # the run's settings files, and those of configurations with their own

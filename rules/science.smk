@@ -40,6 +40,8 @@ rule align_ceiling:
     benchmark:
         "logs/benchmarks/align_ceiling/run.tsv"
     localrule: True
+    conda:
+        CONDA_ENV
     params:
         max_k=SCENARIO.top_k,
     script:
@@ -58,6 +60,8 @@ rule align_truth:
     benchmark:
         "logs/benchmarks/align_truth/run.tsv"
     localrule: True
+    conda:
+        CONDA_ENV
     params:
         max_k=SCENARIO.top_k,
     script:
@@ -80,5 +84,7 @@ rule plot_ground_truth:
     benchmark:
         "logs/benchmarks/plot_ground_truth/run.tsv"
     localrule: True
+    conda:
+        CONDA_ENV
     script:
         "../scripts/plot_ground_truth.py"

@@ -1,6 +1,8 @@
 """
 The snakemake-workflows catalog's conventions: a LICENSE and a CITATION.cff that
-agree with pyproject.toml, and the rule files as snakefmt writes them.
+agree with pyproject.toml, the rule files as snakefmt writes them, and the conda
+environment the rules name (`snakemake --lint` itself: tests/test_workflow.py,
+test_lint_is_clean).
 """
 
 from __future__ import annotations
@@ -91,3 +93,17 @@ def test_snakefmt_check_sees_a_directive_out_of_order():
     """The check above can fail: ``localrule`` before ``input`` is moved."""
     rule = 'rule a:\n    localrule: True\n    input:\n        "x",\n'
     assert snakefmt(rule) == 'rule a:\n    input:\n        "x",\n    localrule: True\n'
+
+
+def test_rules_name_the_environment_that_environment_yml_makes():
+    """
+    Every rule's ``conda`` is `CONDA_ENV` (rules/common.smk), environment.yml's name.
+    """
+    name = yaml.safe_load((REPO / "environment.yml").read_text())["name"]
+    common = (REPO / "rules" / "common.smk").read_text()
+    assert re.search(rf'^CONDA_ENV = "{re.escape(name)}"$', common, re.M)
+    for path in RULE_FILES[1:]:
+        text = path.read_text()
+        rules = re.findall(r"^ *(?:rule|use rule) ", text, re.M)
+        conda = re.findall(r"^ *conda:\n +CONDA_ENV\n", text, re.M)
+        assert len(conda) == len(rules) - text.count("use rule "), path.name

@@ -1,8 +1,8 @@
 """
 The house style, checked where CI runs the tests: ruff's linter (numpydoc docstrings on
 the packages' public names included, `pyproject.toml`) and its formatter. The workflow's
-own lint, `snakemake --lint`, is `tests/test_workflow.py::test_lint_has_only_the_one_
-environment_remark`.
+own lint, `snakemake --lint`, is `tests/test_workflow.py::test_lint_is_clean`;
+snakefmt's check of the rule files is in `tests/test_conventions.py`.
 """
 
 from __future__ import annotations
