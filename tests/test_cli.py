@@ -1,11 +1,16 @@
-"""`multigeom-workflow progress` and `clear`: counts, the chosen files only, locks."""
+"""
+`multigeom-workflow progress` and `clear`: counts, the chosen files only, locks; its
+help, a command per line.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO, TINY_CONFIG, modal_cli
 
 
@@ -142,3 +147,19 @@ def test_progress_and_clear_on_the_modal_volume(tiny_copy, tmp_path, modal_serve
     done = committed / ".snakemake/modal/done/runs/per_image/onoff/complex"
     assert not (done / "img0000.pt@0123abcd").exists()
     assert "deleted 1 per-image file(s) on Modal volume 'vol'" in cleared.stderr
+
+
+def test_help_lists_each_command_on_its_own_line(capsys):
+    """
+    `multigeom-workflow --help` shows the module's list of commands as written, one
+    per line (not run into a paragraph), and lists every command the parser has.
+    """
+    from multigeom_workflow import cli as module
+
+    with pytest.raises(SystemExit) as done:
+        module.main(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    listed = re.findall(r"^    multigeom-workflow ([a-z-]+) {2,}\S", text, re.M)
+    choices = re.search(r"\{([a-z,-]+)\}", text).group(1).split(",")
+    assert listed == choices, text

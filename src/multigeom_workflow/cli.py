@@ -283,7 +283,12 @@ def cmd_clear(scenario: Scenario, args) -> int:
 
 def main(argv=None) -> int:
     """Entry point of ``multigeom-workflow``."""
-    parser = argparse.ArgumentParser(prog="multigeom-workflow", description=__doc__)
+    # the module's docstring as written: its commands one per line
+    parser = argparse.ArgumentParser(
+        prog="multigeom-workflow",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--configfile", nargs="+", default=[], help="config YAML file(s)"
