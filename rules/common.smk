@@ -25,8 +25,10 @@ except ImportError as err:
 # The conda environment that each job activates with `--sdm conda` (the rules' `conda`
 # directive): the one `conda env create -f environment.yml` makes, by its name there.
 # Snakemake runs in it too, since the Snakefile imports this package
-# (README.md, "On a fresh machine").
-CONDA_ENV = "multigeom-workflow"
+# (README.md, "On a fresh machine"). Without --sdm conda (and outside --lint) it is
+# None: Snakemake would otherwise export the named environment for each job's record
+# (conda needed on every machine) and rerun finished jobs when it changes.
+CONDA_ENV = hooks.conda_env(workflow, "multigeom-workflow")
 
 # the schema (config/schemas/config.schema.yaml), the file-system checks, and the rest
 RUN = hooks.start(workflow, config)

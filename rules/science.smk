@@ -28,6 +28,8 @@ use rule estimate_image as estimate_image_ceiling with:
 hooks.settle_per_image_rules(workflow, "estimate_image_ceiling")
 
 
+# The noise ceiling, and the shared-draws control of the compared pairs (params.pairs,
+# config key shared_draws_control; results/science.py).
 rule align_ceiling:
     input:
         first=get_ceiling_files("first"),
@@ -43,6 +45,11 @@ rule align_ceiling:
     conda:
         CONDA_ENV
     params:
+        **(
+            {"pairs": [list(p) for p in SCENARIO.draws_control_pairs]}
+            if SCENARIO.draws_control_pairs
+            else {}
+        ),
         max_k=SCENARIO.top_k,
     script:
         "../scripts/align_ceiling.py"

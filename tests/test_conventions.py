@@ -101,9 +101,34 @@ def test_rules_name_the_environment_that_environment_yml_makes():
     """
     name = yaml.safe_load((REPO / "environment.yml").read_text())["name"]
     common = (REPO / "rules" / "common.smk").read_text()
-    assert re.search(rf'^CONDA_ENV = "{re.escape(name)}"$', common, re.M)
+    pattern = rf'^CONDA_ENV = hooks.conda_env\(workflow, "{re.escape(name)}"\)$'
+    assert re.search(pattern, common, re.M)
     for path in RULE_FILES[1:]:
         text = path.read_text()
         rules = re.findall(r"^ *(?:rule|use rule) ", text, re.M)
         conda = re.findall(r"^ *conda:\n +CONDA_ENV\n", text, re.M)
         assert len(conda) == len(rules) - text.count("use rule "), path.name
+
+
+def test_the_conda_directive_is_set_only_where_conda_deploys_or_lint_reads_it():
+    """
+    Without ``--sdm conda`` a job's ``conda`` is None: Snakemake records a rule's
+    environment for every job, exporting a named one with ``conda env export``
+    (snakemake/persistence, ``_conda_env``; snakemake/deployment/conda.py,
+    ``_get_content``), which fails where conda is not installed and, when the record
+    changes, reruns finished jobs.
+    """
+    from types import SimpleNamespace
+
+    from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+    from multigeom_workflow.snakemake_adapter import conda_env
+
+    def workflow(*methods):
+        return SimpleNamespace(
+            deployment_settings=SimpleNamespace(deployment_method=set(methods))
+        )
+
+    assert conda_env(workflow(DeploymentMethod.CONDA), "env") == "env"
+    assert conda_env(workflow(), "env") is None
+    assert conda_env(workflow(DeploymentMethod.APPTAINER), "env") is None

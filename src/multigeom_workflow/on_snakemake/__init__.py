@@ -16,7 +16,7 @@ What the workflow does to the running Snakemake, by concern.
 The rule files (rules/*.smk) call the names this package exports, and nothing else.
 """
 
-from ..snakemake_adapter import INTERNALS, SPEED_ENV
+from ..snakemake_adapter import INTERNALS, SPEED_ENV, conda_env
 from .estimate import PLAN_FILE_ENV
 from .resources import estimate_resources, settle_per_image_rules
 from .run import Run
@@ -27,6 +27,7 @@ __all__ = [
     "PLAN_FILE_ENV",
     "SPEED_ENV",
     "Run",
+    "conda_env",
     "estimate_resources",
     "on_end",
     "on_start",

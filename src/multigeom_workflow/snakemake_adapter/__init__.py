@@ -17,7 +17,7 @@ themselves (a scan in tests/test_snakemake_hooks.py fails when one does).
 
 Three kinds of use:
 
-- reading the run: `facts`, `configfile_values`, `given_resources`,
+- reading the run: `facts`, `conda_env`, `configfile_values`, `given_resources`,
   `executor_from_command_line`,
   `inspection_only`, `read_config_file`, `read_config_values`,
   `slurm_status_command`, `submit_dir`, `resources_in_force`,
@@ -55,6 +55,7 @@ from .reading import (
     INSPECTING_COMMANDS,
     Facts,
     GivenResources,
+    conda_env,
     configfile_values,
     executor_from_command_line,
     facts,
@@ -93,6 +94,7 @@ __all__ = [
     "Facts",
     "GivenResources",
     "InternalChanged",
+    "conda_env",
     "configfile_values",
     "executor_from_command_line",
     "facts",
@@ -180,6 +182,9 @@ INTERNALS = {
         "older runs' recorded params read in canonical form (read_recorded_params_as)"
     ),
     "snakemake.cli.parse_config": "--config values as Snakemake parses them",
+    "workflow.deployment_settings.deployment_method": (
+        "whether jobs run in conda environments (conda_env: the rules' directive)"
+    ),
     "workflow.config_settings.configfiles, .overwrite_config, "
     ".replace_workflow_config": (
         "what the command line's config files set (configfile_values: the defaults "

@@ -62,6 +62,23 @@ def facts(workflow) -> Facts:
     )
 
 
+def conda_env(workflow, name: str) -> str | None:
+    """
+    The rules' ``conda`` directive: `name` (a named conda environment) when this
+    Snakemake deploys conda environments (``--sdm conda``) or only inspects the
+    workflow (`inspection_only`: ``--lint`` checks each rule names one); None
+    otherwise. A rule with a ``conda`` directive has its environment recorded in
+    Snakemake's metadata for every job (`snakemake.persistence.Persistence._conda_env`
+    reads its content), which for a named environment runs ``conda env export``: on a
+    machine without conda every job would fail, and a recorded environment that
+    changes reruns every job of a finished run (rerun trigger ``software-env``).
+    """
+    from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+    methods = workflow.deployment_settings.deployment_method or ()
+    return name if DeploymentMethod.CONDA in methods or inspection_only() else None
+
+
 def configfile_values(workflow) -> dict | None:
     """
     What the command line's ``--configfile`` files and ``--config`` values set,
