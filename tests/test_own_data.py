@@ -300,3 +300,24 @@ def test_a_checkpoint_of_another_architecture_fails_its_job_by_name():
     )
     # a request that names none is not checked
     assert check_architecture(models, replace(request, architecture="")) == "small_cnn"
+
+
+@pytest.mark.process  # something in upstream's data path asks `uname -p`
+def test_the_docs_sigma_calibration_recovers_the_demo_areas_noise(capsys):
+    """
+    docs/own-data.md's σ block, run as written: upstream's pooled RMS on 30 trials of
+    the demo's area (noise 0.22) is 0.22 x sqrt(29/30) on average.
+    """
+    import re
+
+    doc = (REPO / "docs" / "own-data.md").read_text()
+    (block,) = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+        if "per_channel_trial_std(" in b
+    ]
+    namespace: dict = {}
+    exec(compile(block, "docs/own-data.md", "exec"), namespace)
+    assert namespace["trials"].shape == (30, 64, 50)
+    assert namespace["sigma"] == pytest.approx(0.22 * (29 / 30) ** 0.5, abs=0.003)
+    assert capsys.readouterr().out == f"sigma = {namespace['sigma']:.3f}\n"
