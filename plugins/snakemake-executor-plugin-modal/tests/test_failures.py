@@ -454,12 +454,12 @@ def test_an_error_raised_in_the_container_is_the_jobs_failure(
 ):
     """Modal raises a container's exception again here with its own class: whatever
     the class, it is the job's failure, shown with its log's tail at once, never
-    taken for "still running" or "Modal could not be reached". The container's
-    second ``Volume.commit()`` fails (``CommitFault``): the first (outputs and the
-    log) goes through."""
+    taken for "still running" or "Modal could not be reached". Every
+    ``Volume.commit()`` of the container after its first (outputs and the log)
+    fails (``CommitFault``): the last commit, tried 5 times, raises."""
     from .modal_server import CommitFault
 
-    modal_server.faults.commit = CommitFault(mode="once", status=status, after=1)
+    modal_server.faults.commit = CommitFault(mode="always", status=status, after=1)
     started = time.monotonic()
     result = run_snakemake(tmp_path, SLOW, "--config", "sleep=0", timeout=120)
     assert time.monotonic() - started < 100
@@ -469,10 +469,40 @@ def test_an_error_raised_in_the_container_is_the_jobs_failure(
         f"the container raised {raised}: commit of volume 'tests' failed (fault set "
         "by the test)" in text
     )
-    assert modal_server.faults.commit.failed == 1
+    assert modal_server.faults.commit.failed >= 5  # the last commit, tried 5 times
     assert "status not readable" not in text and "could not be reached" not in text
     assert "last lines of its log (whole log:" in text
     assert "Building DAG of jobs" in text  # the container's log tail
+
+
+@pytest.mark.parametrize(
+    ("after", "what"),
+    [
+        (0, "the last sync of finished outputs"),
+        (1, "the last commit of the job's files"),
+    ],
+)
+def test_a_final_commit_refused_once_still_lets_the_job_succeed(
+    modal_server, tmp_path, after, what
+):
+    """The container's last sync (its outputs) or its last commit (logs and
+    results) is refused once (``ConflictError``, raised as ``RuntimeError``): said
+    in one line of the container's output, tried again, and the job succeeds with
+    its output home (issue 47: one refused final commit failed a job whose command
+    succeeded)."""
+    from .modal_server import CommitFault
+
+    fault = modal_server.faults.commit = CommitFault(mode="once", after=after)
+    result = run_snakemake(tmp_path, SLOW, "--config", "sleep=0", timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert fault.failed == 1
+    assert (tmp_path / "out.txt").read_text() == "done\n"
+    assert (tmp_path / "slow.log").read_text() == "started\n"
+    (call,) = spawned(modal_server)
+    said = stdout_of(modal_server, call["call_id"]).splitlines()
+    lines = [x for x in said if x.startswith(f"modal: {what} failed")]
+    assert len(lines) == 1, said[-40:]
+    assert "(RuntimeError: " in lines[0] and "trying again in 1 s" in lines[0]
 
 
 def test_a_failed_upload_is_sent_again_by_the_retry(modal_server, tmp_path):

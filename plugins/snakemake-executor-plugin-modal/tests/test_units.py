@@ -660,6 +660,36 @@ def test_the_logs_hint_names_the_app_id(tmp_path):
     assert "`modal app logs ap-1a2b3c`" in text
 
 
+def test_a_last_sync_that_fails_is_tried_again_then_raised():
+    """A job's last sync or commit that fails is said in one line and tried again
+    after each wait; once the waits are spent, its error is raised (the job
+    fails)."""
+    from snakemake_executor_plugin_modal.container import retried
+
+    tries, said, slept = [], [], []
+
+    def commit():
+        tries.append(1)
+        if len(tries) < 3:
+            raise RuntimeError("conflict")
+        return "committed"
+
+    def say(line, flush=False):
+        said.append(line)
+
+    kw = {"waits": (1.0, 2.0, 4.0), "say": say, "sleep": slept.append}
+    assert retried(commit, "the last commit", **kw) == "committed"
+    assert len(tries) == 3 and slept == [1.0, 2.0]
+    assert said == [
+        "modal: the last commit failed (RuntimeError: conflict); trying again in 1 s",
+        "modal: the last commit failed (RuntimeError: conflict); trying again in 2 s",
+    ]
+    tries.clear()
+    with pytest.raises(RuntimeError, match="conflict"):
+        retried(commit, "the last commit", **{**kw, "waits": (1.0,)})
+    assert len(tries) == 2
+
+
 def test_a_sync_that_fails_once_never_ends_the_later_syncs():
     """``Volume.commit`` refused once (a conflict, a transient error): one line, and
     the next periodic sync is made as planned (before: the syncing thread ended,

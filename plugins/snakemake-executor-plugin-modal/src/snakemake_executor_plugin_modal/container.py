@@ -40,6 +40,7 @@ __all__ = [
     "TARGETS",
     "python_path",
     "remove_parts",
+    "retried",
     "run_job",
 ]
 
@@ -51,6 +52,10 @@ DONE = ".snakemake/modal/done"
 PART = ".part-"
 #: Stands in the command for the ``--target-jobs`` of the jobs left to run.
 TARGETS = "@MODAL_TARGET_JOBS@"
+#: Seconds waited before each new try of a job's last sync or commit that failed (a
+#: ``Volume.commit`` refused: a conflict, a transient error): 4 tries more, 15 s in
+#: all, before the job fails.
+FINAL_RETRY_WAITS_S = (1.0, 2.0, 4.0, 8.0)
 
 
 def run_job(spec: dict) -> dict:
@@ -117,7 +122,7 @@ def run_job(spec: dict) -> dict:
             "same inputs and settings: reused, nothing run\n"
         )
         _copy_atomically(log, root / spec["log"])
-        volume.commit()
+        retried(volume.commit, "the commit of the job's log")
         return {
             "returncode": 0,
             "seconds": 0.0,
@@ -183,7 +188,9 @@ def run_job(spec: dict) -> dict:
     seconds = time.monotonic() - started
     done.set()
     syncer.join()
-    sync(ended=True)
+    # the last sync and commit are retried as the periodic ones are: one refused
+    # commit never fails a job whose command succeeded
+    retried(lambda: sync(ended=True), "the last sync of finished outputs")
     # An output synced while its job ran, then deleted by Snakemake because that job
     # failed, must not stay on the volume.
     for rel in sorted(synced):
@@ -195,7 +202,7 @@ def run_job(spec: dict) -> dict:
         if (work / rel).exists():
             _copy_atomically(work / rel, root / rel)
     _copy_atomically(log, root / spec["log"])
-    volume.commit()
+    retried(volume.commit, "the last commit of the job's files")
     tail = log.read_text(errors="replace").splitlines()[-40:]
     return {
         "returncode": proc.returncode,
@@ -273,6 +280,31 @@ def sync_until(done: threading.Event, every_s: float, sync, say=print) -> int:
                 flush=True,
             )
     return failed
+
+
+def retried(action, what: str, waits=FINAL_RETRY_WAITS_S, say=print, sleep=time.sleep):
+    """
+    Call `action` (a job's last sync or commit); where it raises, say so in one line,
+    as a periodic sync that fails is said (`sync_until`), and call it again after
+    each of `waits` seconds in turn. Returns what `action` returned.
+
+    Raises
+    ------
+    Exception
+        What the last try raised, once every wait is spent: the job fails.
+    """
+    for wait in (*waits, None):
+        try:
+            return action()
+        except Exception as e:
+            if wait is None:
+                raise
+            say(
+                f"modal: {what} failed ({type(e).__name__}: {e}); trying again in "
+                f"{wait:g} s",
+                flush=True,
+            )
+            sleep(wait)
 
 
 def remove_parts(root: Path, paths) -> list[str]:
