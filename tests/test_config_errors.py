@@ -87,17 +87,37 @@ CASES = {
         {"device": "gpu"}, "device", "gpu", ["allowed", "auto", "cpu", "cuda:N"]
     ),
     "configs empty": Case({"configs": []}, "configs", None, ["allowed", "1 or more"]),
-    "encoder unknown": Case(
+    # an encoder label of one's own needs its architecture (issue 49)
+    "encoder of ones own without architecture": Case(
         {"configs": [{"encoder": "vgg", "area": "V1"}]},
-        "configs[0].encoder",
-        "vgg",
-        ["allowed", "inception", "onoff"],
+        "configs[0].architecture",
+        None,
+        ["allowed", "inception", "resnet50", "onoff", "small_cnn"],
     ),
-    "area unknown (a single mapping)": Case(
-        {"configs": {"encoder": "onoff", "area": "IT"}},
+    "architecture other than the labels": Case(
+        {"configs": [{"encoder": "onoff", "area": "V1", "architecture": "resnet50"}]},
+        "configs[0].architecture",
+        "resnet50",
+        ["allowed", "'onoff'", "a label of its own"],
+    ),
+    "architecture unknown": Case(
+        {"configs": [{"encoder": "vgg", "area": "V1", "architecture": "vgg16"}]},
+        "configs[0].architecture",
+        "vgg16",
+        ["allowed", "inception", "small_cnn"],
+    ),
+    "label not a name": Case(
+        {"configs": [{"encoder": "onoff", "area": "V1/V4"}]},
         "configs[0].area",
-        "IT",
-        ["allowed", "V1", "V4", "complex"],
+        "V1/V4",
+        ["allowed", "letters, digits, _"],
+    ),
+    # an area of one's own (a single mapping): its checkpoints are the user's
+    "area of ones own without checkpoints (a single mapping)": Case(
+        {"configs": {"encoder": "onoff", "area": "IT"}},
+        "configs[0].encoder_ckpt",
+        "runs/encoders/onoff/IT/best_model.pt",
+        ["give the path of the onoff/IT encoder checkpoint", "docs/own-data.md"],
     ),
     "test source unknown": Case(
         {"test_images": {"source": "imagenet"}},
