@@ -29,7 +29,7 @@ assert "site-packages" in modal.__file__, modal.__file__
 from snakemake_executor_plugin_modal import ExecutorSettings
 from snakemake_executor_plugin_modal.calls import Ledger, RunApp
 from snakemake_executor_plugin_modal.image import container_image
-from snakemake_executor_plugin_modal.prices import parse_gpu
+from snakemake_executor_plugin_modal.prices import ContainerRequest, parse_gpu
 
 settings = ExecutorSettings()
 ledger = Ledger(startup_s=float(settings.startup_seconds))  # as the Executor's
@@ -52,8 +52,7 @@ try:
     out = {
         "app_id": app.app_id,
         "startup_s": ledger.startup_s,
-        "worst_900": ledger.worst_case(gpu, 900),
-        "usd_per_s": gpu.usd_per_second,
+        "worst_900": ledger.worst_case(ContainerRequest(gpu, 2.0, 4096), 900),
         "timeout": settings.timeout,
     }
 finally:
@@ -102,9 +101,16 @@ def test_the_start_up_modal_receives_is_what_the_ledger_holds(tmp_path):
     assert [d.timeout_secs for f in declared for d in f.definitions] == [
         out["timeout"]
     ] * 4
-    # the bound job's worst case is the ledger's, from what Modal received
+    # the bound job's worst case is the ledger's, from what Modal received: its
+    # GPU, cores and memory at Modal's rates (A100-80GB 0.000694 USD/s, a physical
+    # core 0.0000131 USD/s, a GiB 0.00000222 USD/s; July 2026) for its timeout and
+    # start-up
     gpu_job = next(f for f in bound if f.options.timeout_secs == 900)
     d = gpu_job.definition
-    billed_at_most = out["usd_per_s"] * (d.timeout_secs + d.startup_timeout_secs)
-    assert billed_at_most == pytest.approx(out["worst_900"])
     assert gpu_job.gpus == ["A100-80GB:1"]
+    resources = gpu_job.options.resources
+    cores, gib = resources.milli_cpu / 1000, resources.memory_mb / 1024
+    assert (cores, gib) == (2.0, 4.0)
+    usd_per_s = 0.000694 + cores * 0.0000131 + gib * 0.00000222
+    billed_at_most = usd_per_s * (d.timeout_secs + d.startup_timeout_secs)
+    assert billed_at_most == pytest.approx(out["worst_900"])

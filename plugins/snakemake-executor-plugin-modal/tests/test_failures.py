@@ -343,14 +343,17 @@ def _sleeping(pattern: str) -> bool:
 
 def test_cost_guard_refuses_a_job_over_budget(modal_server, tmp_path):
     # 10 minutes of one T4 cost 0.0984 USD, more with its start-up: over 0.05 USD
-    snakefile = SLOW.replace("resources: gpu=1", "resources: gpu=1, runtime=10")
+    snakefile = SLOW.replace(
+        "resources: gpu=1", "resources: gpu=1, runtime=10, mem_mb=1024"
+    )
     result = run_snakemake(
         tmp_path, snakefile, "--config", "sleep=0", "--modal-max-cost-usd", "0.05"
     )
     assert result.returncode != 0
     text = result.stdout + result.stderr
-    # worst case: 0.000164 USD/s x (600 s + 120 s of start-up) = 0.118 USD
-    assert "--modal-max-cost-usd 0.05" in text and "0.12 USD" in text
+    # worst case: (0.000164 + 0.0000131 + 0.00000222) USD/s (T4, 1 core, 1 GiB)
+    # x (600 s + 120 s of start-up) = 0.1291104 USD
+    assert "--modal-max-cost-usd 0.05" in text and "= 0.13 USD" in text
     assert calls(modal_server) == []
 
 

@@ -11,7 +11,11 @@ import pytest
 from snakemake_executor_plugin_modal import ExecutorSettings, prices
 from snakemake_executor_plugin_modal.calls import Ledger
 from snakemake_executor_plugin_modal.preflight import gpu_problem, settings_problems
-from snakemake_executor_plugin_modal.prices import parse_gpu, parse_prices
+from snakemake_executor_plugin_modal.prices import (
+    ContainerRequest,
+    parse_gpu,
+    parse_prices,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +40,10 @@ def test_a_given_price_prices_the_type_for_the_guard():
     assert gpu_problem("H100:2,B200+:2", "--modal-gpu") is None
     gpu = parse_gpu("B200+:2")
     assert gpu.usd_per_second == pytest.approx(0.004)
-    assert Ledger(10.0).worst_case(gpu, 100) == pytest.approx(0.004 * 220)
+    # with Modal's default 0.125 cores and 128 MiB (0.0000131 and 0.00000222 USD/s
+    # per core and per GiB), for 100 s + 120 s of start-up
+    request = ContainerRequest(gpu)
+    assert Ledger(10.0).worst_case(request, 100) == pytest.approx(0.004001915 * 220)
     assert not any("--modal-gpu-prices" in p for p in settings_problems(settings))
     # a given price wins over the table's
     prices.give_prices(parse_prices("A100-80GB=0.001"))

@@ -6,7 +6,7 @@ running, a failed shard's finished files, and a shard of 10,000 images.
 
 from __future__ import annotations
 
-from snakemake_executor_plugin_modal.prices import PRICES_USD_PER_S
+import re
 
 from .helpers import run_snakemake
 from .test_failures import COPY, SHARD, SLOW, calls, cancels, counts
@@ -18,32 +18,61 @@ rule all:
 rule slow:
     output: "{x}.txt"
     log: "{x}.log"
-    resources: gpu=1
+    threads: 2
+    resources: gpu=1, mem_mb=2048
     shell: "echo started > {log}; sleep {config[sleep]}; echo done > {output}"
 """
 
+#: What one second of a T4 container of 1 core and 1 GiB costs, USD, at Modal's
+#: rates (July 2026): 0.000164 (T4) + 0.0000131 (a physical core) + 0.00000222
+#: (a GiB).
+T4_1_CORE_1_GIB = 0.000164 + 0.0000131 + 0.00000222
+#: The same with 2 cores and 2 GiB (HANG's jobs): 0.00019464 USD/s.
+T4_2_CORES_2_GIB = 0.000164 + 2 * 0.0000131 + 2 * 0.00000222
+
+_SUMMARY = re.compile(
+    r"Modal: (\d+) container\(s\), ([\d,]+) GPU-seconds, ([\d,]+) core-seconds, "
+    r"([\d,]+) GiB-seconds, ([\d.]+) USD spent \(GPU ([\d.]+), CPU ([\d.]+), "
+    r"memory ([\d.]+)\)"
+)
+
+
+def summary(text: str) -> dict:
+    """
+    The run's last line ("Modal: N container(s), G GPU-seconds, C core-seconds, M
+    GiB-seconds, X USD spent (GPU a, CPU b, memory c)"), read: ``containers``,
+    ``gpu_s``, ``core_s``, ``gib_s``, ``usd``, ``gpu_usd``, ``cpu_usd``,
+    ``memory_usd``.
+    """
+    found = _SUMMARY.findall(text)
+    assert found, text[-3000:]
+    values = [float(v.replace(",", "")) for v in found[-1]]
+    keys = ("containers", "gpu_s", "core_s", "gib_s", "usd", "gpu_usd", "cpu_usd")
+    return dict(zip([*keys, "memory_usd"], values, strict=True))
+
 
 def spent(text: str) -> float:
-    """The USD of the run's last line ("Modal: N container(s), ..., X USD spent")."""
-    line = [x for x in text.splitlines() if "USD spent" in x and "container(s)" in x]
-    return float(line[-1].split(", ")[-1].split()[0])
+    """The USD of the run's last line (`summary`)."""
+    return summary(text)["usd"]
 
 
 def test_a_hanging_shard_is_cancelled_when_the_budget_is_reached(
     modal_server, tmp_path
 ):
     """
-    Two shards that hang, a budget of 30 s of one T4 (30 x 0.000164 = 0.00492 USD):
-    the first starts with its 30 s timeout (its worst case fits exactly, with no
-    start-up allowance), the second waits (nothing left beside the first's worst
-    case); the first's container takes 5 s to start (the server's
+    Two shards that hang, each on a T4 with 2 cores and 2 GiB (0.00019464 USD/s:
+    the GPU, the cores and the memory at Modal's rates), a budget of 30 s of one
+    (30 x 0.00019464 = 0.0058392 USD): the first starts with its 30 s timeout (its
+    worst case fits exactly, with no start-up allowance), the second waits (nothing
+    left beside the first's worst case) and its line prices the container's GPU,
+    cores and memory; the first's container takes 5 s to start (the server's
     ``start_delay_s``: billed, before its timeout counts), so the spending reaches
     the budget before Modal's timeout: every call is cancelled with one line, the
     waiting job refused. Neither the ledger nor what the server billed passes the
-    budget.
+    budget; the run's last line counts 2 cores and 2 GiB per GPU-second.
     """
     modal_server.faults.start_delay_s = 5.0
-    budget = 30 * PRICES_USD_PER_S["T4"]
+    budget = 30 * T4_2_CORES_2_GIB
     result = run_snakemake(
         tmp_path,
         HANG,
@@ -60,13 +89,23 @@ def test_a_hanging_shard_is_cancelled_when_the_budget_is_reached(
     text = result.stdout + result.stderr
     assert result.returncode != 0
     assert len(calls(modal_server)) == 1, text[-3000:]  # the second never started
-    assert "waits: --modal-max-cost-usd 0.00492" in text
+    assert (
+        "waits: --modal-max-cost-usd 0.00584: its worst case, 0.00019464 USD/s "
+        "(1 x T4 + 2 cores + 2 GiB) x (30 s of timeout + 0 s of start-up)"
+    ) in text
     assert "the budget is reached: every call is cancelled" in text
     assert calls(modal_server)[0]["call_id"] in cancels(modal_server)
-    assert spent(text) <= budget
+    # what Modal was asked for: 2 cores (milli-cores) and 2048 MiB
+    (variant,) = [f for f in modal_server.state.functions.values() if f.options]
+    resources = variant.options.resources
+    assert (resources.milli_cpu, resources.memory_mb) == (2000, 2048)
+    bill_line = summary(text)
+    assert bill_line["usd"] <= budget
+    assert abs(bill_line["core_s"] - 2 * bill_line["gpu_s"]) <= 1  # each rounded
+    assert abs(bill_line["gib_s"] - 2 * bill_line["gpu_s"]) <= 1
     (bill,) = modal_server.state.bill()
     assert bill["end"] is not None
-    assert (bill["end"] - bill["start"]) * PRICES_USD_PER_S["T4"] <= budget
+    assert (bill["end"] - bill["start"]) * T4_2_CORES_2_GIB <= budget
     (container,) = modal_server.state.containers.values()
     assert container.asked_at - container.started_at >= 5.0  # the delay, billed
     assert modal_server.state.running_containers() == []
@@ -74,9 +113,10 @@ def test_a_hanging_shard_is_cancelled_when_the_budget_is_reached(
 
 def test_the_first_wave_holds_each_calls_worst_case(modal_server, tmp_path):
     """
-    Ten one-image jobs of runtime 1 min on a T4 with a budget for three worst cases
-    (3 x 0.000164 x (60 + 10) s = 0.03444 USD): three start at once, the others wait
-    and start as those end; the run finishes, spending what the ten took.
+    Ten one-image jobs of runtime 1 min on a T4 with 1 core and 1 GiB with a budget
+    for three worst cases (3 x 0.00017932 USD/s x (60 + 10) s = 0.0376572 USD):
+    three start at once, the others wait and start as those end; the run finishes,
+    spending what the ten took.
     """
     snakefile = """
 rule all:
@@ -84,10 +124,10 @@ rule all:
 
 rule image:
     output: "img{i}.txt"
-    resources: gpu=1, runtime=1
+    resources: gpu=1, runtime=1, mem_mb=1024
     shell: "sleep 1; echo {wildcards.i} > {output}"
 """
-    budget = 3 * PRICES_USD_PER_S["T4"] * 70
+    budget = 3 * T4_1_CORE_1_GIB * 70
     result = run_snakemake(
         tmp_path,
         snakefile,

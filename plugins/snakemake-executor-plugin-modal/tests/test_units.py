@@ -17,7 +17,11 @@ from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_executor_plugin_modal.calls import Ledger
 from snakemake_executor_plugin_modal.container import DONE, _incomplete
 from snakemake_executor_plugin_modal.image import pinned_requirements
-from snakemake_executor_plugin_modal.prices import GpuRequest, parse_gpu
+from snakemake_executor_plugin_modal.prices import (
+    ContainerRequest,
+    GpuRequest,
+    parse_gpu,
+)
 from snakemake_executor_plugin_modal.staging import VolumeStager, relative_to_workdir
 
 
@@ -47,46 +51,88 @@ def test_prices_per_container():
     assert math.isnan(GpuRequest("X9000").usd_per_second)
 
 
+def test_container_request_prices_gpus_cores_and_memory():
+    # Modal's price page (July 2026): H100 0.001097 USD/s per GPU, a physical core
+    # 0.0000131 USD/s, a GiB of memory 0.00000222 USD/s
+    two = ContainerRequest(GpuRequest("H100", 2), cpu=8.0, memory_mb=32768)
+    assert two.gpu_usd_per_second == pytest.approx(2 * 0.001097)  # 0.002194
+    assert two.cpu_usd_per_second == pytest.approx(8 * 0.0000131)  # 0.0001048
+    assert two.memory_usd_per_second == pytest.approx(32 * 0.00000222)  # 0.00007104
+    assert two.usd_per_second == pytest.approx(0.00236984)
+    # a CPU container of 1 core without a memory request: Modal's default 128 MiB
+    cpu = ContainerRequest(None, 1.0, None)
+    assert cpu.usd_per_second == pytest.approx(0.0000131 + 0.125 * 0.00000222)
+    # nothing requested: Modal's defaults, 0.125 cores and 128 MiB
+    assert ContainerRequest().usd_per_second == pytest.approx(
+        0.125 * 0.0000131 + 0.125 * 0.00000222
+    )
+    assert math.isnan(ContainerRequest(GpuRequest("X9000")).usd_per_second)
+
+
 def test_ledger_known_case_and_admission():
     ledger = Ledger(max_cost_usd=1.0, startup_s=100.0)
-    ledger.add(GpuRequest("H100", 2), 300.0)  # 600 GPU-s x 0.001097 = 0.6582 USD
-    assert ledger.gpu_seconds == 600.0
-    assert ledger.cost_usd == pytest.approx(0.6582)
-    # 0.3418 USD left. 60 s on two H100: worst case 2 x 0.001097 x (60 + 100) s
-    # = 0.35104 USD: refused
-    alone = ledger.admit(GpuRequest("H100", 2), 60)
-    assert alone.verdict == "refuse" and "= 0.35 USD" in alone.message
-    assert "could bring it to 1.01 USD" in alone.message  # 0.6582 + 0.35104
-    # the same while a call runs: refused at once, it would not fit even alone
-    busy = ledger.admit(GpuRequest("H100", 2), 60, reserved_usd=0.1, running=1)
-    assert busy.verdict == "refuse"
-    # 60 s on one H100 (0.17552 USD) fits alone: held back while 0.2 USD are held
-    held = ledger.admit(GpuRequest("H100"), 60, reserved_usd=0.2, running=1)
-    assert held.verdict == "wait"
-    assert "0.14 USD left while 1 call(s) run" in held.message  # 0.3418 - 0.2
-    # what running calls may still cost is held aside: 0.3 USD of them, 0.0418 left
-    assert ledger.admit(GpuRequest("T4"), 60, reserved_usd=0.3, running=1).verdict == (
-        "start"  # 0.000164 x 160 s = 0.02624 USD fits
+    # two H100, 4 cores, 16 GiB: 0.002194 + 0.0000524 + 0.00003552 = 0.00228192 USD/s
+    two = ContainerRequest(GpuRequest("H100", 2), cpu=4.0, memory_mb=16384)
+    ledger.add(two, 300.0)
+    assert (ledger.gpu_seconds, ledger.core_seconds, ledger.gib_seconds) == (
+        600.0,
+        1200.0,
+        4800.0,
     )
+    assert ledger.gpu_usd == pytest.approx(600 * 0.001097)  # 0.6582
+    assert ledger.cpu_usd == pytest.approx(1200 * 0.0000131)  # 0.01572
+    assert ledger.memory_usd == pytest.approx(4800 * 0.00000222)  # 0.010656
+    assert ledger.cost_usd == pytest.approx(0.684576)
+    # 0.315424 USD left. 60 s of the same: worst case 0.00228192 x (60 + 100) s
+    # = 0.3651072 USD: refused
+    alone = ledger.admit(two, 60)
+    assert alone.verdict == "refuse" and "= 0.37 USD" in alone.message
+    assert "(2 x H100 + 4 cores + 16 GiB)" in alone.message
+    assert "could bring it to 1.05 USD" in alone.message  # 0.684576 + 0.3651072
+    # the same while a call runs: refused at once, it would not fit even alone
+    busy = ledger.admit(two, 60, reserved_usd=0.1, running=1)
+    assert busy.verdict == "refuse"
+    # one H100, 2 cores, 8 GiB: 0.001097 + 0.0000262 + 0.00001776 = 0.00114096 USD/s;
+    # 160 s (0.1825536 USD) fit alone: held back while 0.2 USD are held
+    one = ContainerRequest(GpuRequest("H100"), cpu=2.0, memory_mb=8192)
+    held = ledger.admit(one, 60, reserved_usd=0.2, running=1)
+    assert held.verdict == "wait"
+    assert "0.12 USD left while 1 call(s) run" in held.message  # 0.315424 - 0.2
+    # what running calls may still cost is held aside: 0.28 USD of them, 0.035424
+    # left; one T4, 1 core, 128 MiB: 0.000164 + 0.0000131 + 0.0000002775 USD/s
+    # x 160 s = 0.0283804 USD fits
+    t4 = ContainerRequest(GpuRequest("T4"), cpu=1.0)
+    assert ledger.admit(t4, 60, reserved_usd=0.28, running=1).verdict == "start"
     # a default timeout (no runtime) is cut to the budget left when nothing runs:
-    # floor(0.3418 / 0.001097 - 100) = 211 s; on two H100 55 s, below the minimum
-    cut = ledger.admit(GpuRequest("H100"), 3600, may_cut=True)
-    assert (cut.verdict, cut.timeout_s) == ("start", 211)
-    assert "timeout cut from 3600 s to 211 s" in cut.message
-    assert ledger.admit(GpuRequest("H100", 2), 3600, may_cut=True).verdict == "refuse"
-    assert ledger.admit(None, 1e9).verdict == "start"  # CPU containers: not priced
-    assert Ledger().admit(GpuRequest("H100", 8), 86400).verdict == "start"  # no limit
-    assert "1 container(s), 600 GPU-seconds, 0.66 USD" in ledger.summary()
+    # floor(0.315424 / 0.00114096 - 100) = 176 s; for `two` 38 s, below the minimum
+    cut = ledger.admit(one, 3600, may_cut=True)
+    assert (cut.verdict, cut.timeout_s) == ("start", 176)
+    assert "timeout cut from 3600 s to 176 s" in cut.message
+    assert ledger.admit(two, 3600, may_cut=True).verdict == "refuse"
+    # a CPU container is priced too: 1 core, 128 MiB, 0.0000133775 USD/s; 600 s
+    # (0.00936425 USD with its start-up) fit, a day does not
+    cpu = ContainerRequest(None, 1.0)
+    assert ledger.worst_case(cpu, 600) == pytest.approx(0.0000133775 * 700)
+    assert ledger.admit(cpu, 600).verdict == "start"
+    assert ledger.admit(cpu, 86400).verdict == "refuse"
+    # a GPU type without a price (refused before the run: preflight) is not held
+    assert ledger.admit(ContainerRequest(GpuRequest("X9000")), 1e9).verdict == "start"
+    assert Ledger().admit(two, 86400).verdict == "start"  # no limit
+    assert (
+        "1 container(s), 600 GPU-seconds, 1,200 core-seconds, 4,800 GiB-seconds, "
+        "0.6846 USD spent (GPU 0.6582, CPU 0.0157, memory 0.0107)"
+    ) in ledger.summary()
 
 
 def test_spending_that_reaches_the_budget_stops_the_run():
     ledger = Ledger(max_cost_usd=1.0)
-    ledger.add(GpuRequest("H100"), 500.0)  # 0.5485 USD
-    assert ledger.spent_line(0.45, None) is None  # 0.9985 < 1
-    line = ledger.spent_line(0.4515, None)  # 1.0000
+    # one H100, 1 core, 1 GiB: 0.001097 + 0.0000131 + 0.00000222 = 0.00111232 USD/s
+    ledger.add(ContainerRequest(GpuRequest("H100"), 1.0, 1024), 500.0)  # 0.55616
+    assert ledger.spent_line(0.44, None) is None  # 0.99616 < 1
+    line = ledger.spent_line(0.44384, None)  # 1.0000
     assert "1.00 USD spent, running calls included" in line
     assert ledger.exhausted == line
-    refused = ledger.admit(GpuRequest("T4"), 1)
+    refused = ledger.admit(ContainerRequest(GpuRequest("T4"), 1.0), 1)
     assert refused.verdict == "refuse" and refused.message == line
 
 
@@ -394,11 +440,12 @@ def test_budget_of_a_job(setting, jobs, expected):
     assert Executor.budget(executor, job) == expected
     if expected is not None:  # the ledger refuses above that budget, naming it
         ledger = Ledger()
-        ledger.add(GpuRequest("H100"), expected[0] / 0.001097 + 1)
-        refusal = ledger.refusal(GpuRequest("H100"), 60.0, 0.0, expected)
+        h100 = ContainerRequest(GpuRequest("H100"), 1.0, 1024)  # 0.00111232 USD/s
+        ledger.add(h100, expected[0] / 0.00111232 + 1)
+        refusal = ledger.refusal(h100, 60.0, 0.0, expected)
         assert refusal.startswith(expected[1])
-        # 60 s of one H100 (0.066 USD) with nothing spent: within every budget here
-        assert Ledger().refusal(GpuRequest("H100"), 60.0, 0.0, expected) is None
+        # 60 + 120 s of it (0.2 USD) with nothing spent: within every budget here
+        assert Ledger().refusal(h100, 60.0, 0.0, expected) is None
 
 
 def test_budget_resource_errors():
@@ -531,9 +578,13 @@ def test_a_call_given_up_is_cancelled_and_its_cost_counted(monkeypatch):
     assert outcome.given_up and "given up and cancelled" in outcome.message
     assert handle.cancels == [True] and call.cancelled
     ledger = Ledger()
-    ledger.add(call.gpu, call.seconds)  # what the executor does with every outcome
+    ledger.add(call.request, call.seconds)  # what the executor does with every outcome
     assert ledger.gpu_seconds == pytest.approx(700.0)
-    assert ledger.cost_usd == pytest.approx(700 * 0.001097)
+    # no request given: Modal's defaults, 0.125 cores and 128 MiB, beside the H100
+    assert call.usd_per_second == pytest.approx(
+        0.001097 + 0.125 * (0.0000131 + 0.00000222)
+    )
+    assert ledger.cost_usd == pytest.approx(700 * 0.001098915)
 
 
 @pytest.mark.parametrize(

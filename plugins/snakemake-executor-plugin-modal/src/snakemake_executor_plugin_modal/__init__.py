@@ -107,9 +107,9 @@ class ExecutorSettings(ExecutorSettingsBase):
     max_cost_usd: Optional[float] = field(
         default=None,
         metadata={
-            "help": "--modal-max-cost-usd: the most USD the run's GPUs may cost, at "
-            "every moment: a job starts only if its worst case (price x (timeout + "
-            "start-up)) fits beside what is spent and what the running calls may "
+            "help": "--modal-max-cost-usd: the most USD the run's containers (their "
+            "GPUs, CPU cores and memory) may cost, at every moment: a job starts "
+            "only if its worst case (price x (timeout + start-up)) fits beside what is spent and what the running calls may "
             "still cost (it waits while they run), and every call is cancelled when "
             "the spending reaches it. A job's 'modal_max_cost_usd' resource is a "
             "budget for that job as well; where both are set, the lower wins.",
@@ -338,7 +338,7 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
         if app is not None:
             app.stop(warn=self.logger.warning)
         for call in self._orphans:  # ended by the app's stop
-            self.ledger.add(call.gpu, call.seconds)
+            self.ledger.add(call.request, call.seconds)
         self._orphans = []
         self.logger.info(self.ledger.summary())
 

@@ -25,7 +25,7 @@ from .errors import (
 )
 from .ledger import Admission, Ledger
 from .limits import MIN_TIMEOUT_S, MOUNT, STARTUP_S
-from .prices import GpuRequest
+from .prices import ContainerRequest, GpuRequest
 
 __all__ = [
     "CANCEL_ATTEMPTS",
@@ -104,6 +104,9 @@ class ContainerCall:
         Where transport errors are reported (the executor's logger).
     grace_s : float
         Seconds of transport errors in a row after which the call is given up.
+    request : ContainerRequest or None
+        What its container requested (GPUs, cores, memory), which prices its
+        seconds; None: `gpu` with Modal's default cores and memory.
     """
 
     def __init__(
@@ -113,9 +116,11 @@ class ContainerCall:
         timeout_s,
         warn: Callable[[str], None] = print,
         grace_s: float = TRANSPORT_GRACE_S,
+        request: ContainerRequest | None = None,
     ):
         self.call = call
         self.gpu = gpu
+        self.request = request or ContainerRequest(gpu)
         self.timeout_s = timeout_s
         self.warn = warn
         self.grace_s = grace_s
@@ -287,12 +292,12 @@ class ContainerCall:
 
     @property
     def usd_per_second(self) -> float:
-        """What the call's GPUs cost per second (0 when not priced)."""
-        if self.gpu is None or math.isnan(self.gpu.usd_per_second):
-            return 0.0
-        return self.gpu.usd_per_second
+        """What the call's container (GPUs, cores, memory) costs per second, USD
+        (0 for a GPU type without a price)."""
+        price = self.request.usd_per_second
+        return 0.0 if math.isnan(price) else price
 
     @property
     def cost_usd(self) -> float:
-        """USD of the GPUs so far (0 for a CPU-only container or an unknown type)."""
+        """USD of the container so far (0 for a GPU type without a price)."""
         return self.usd_per_second * self.seconds

@@ -90,7 +90,7 @@ class Cancellation:
             orphans, self._orphans = self._orphans, []
         for call in orphans:
             if call.cancel(attempts=1):
-                self.ledger.add(call.gpu, call.seconds)
+                self.ledger.add(call.request, call.seconds)
             else:
                 with self._calls_lock:
                     self._orphans.append(call)
@@ -106,4 +106,4 @@ class Cancellation:
             self._calls, self._orphans, self._waiting = {}, [], {}
         for call in calls:
             call.cancel()  # where it fails even so, the app's stop ends it
-            self.ledger.add(call.gpu, call.seconds)
+            self.ledger.add(call.request, call.seconds)

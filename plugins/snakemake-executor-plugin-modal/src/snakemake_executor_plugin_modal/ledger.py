@@ -1,8 +1,8 @@
 """
-The ledger of the run's GPU-seconds and USD, and the budget guard: a job starts
-only if its worst case fits beside what is spent and what the running calls may
-still cost (`Ledger.admit`); the run stops when the spending reaches the budget
-(`Ledger.spent_line`). Pure accounting: no Modal call, no clock.
+The ledger of the run's GPU-, core- and GiB-seconds and USD, and the budget guard: a
+job starts only if its worst case fits beside what is spent and what the running
+calls may still cost (`Ledger.admit`); the run stops when the spending reaches the
+budget (`Ledger.spent_line`). Pure accounting: no Modal call, no clock.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from .limits import MIN_TIMEOUT_S, STARTUP_S
-from .prices import GpuRequest
+from .prices import ContainerRequest
 
 __all__ = ["Admission", "Ledger"]
 
@@ -42,17 +42,18 @@ class Admission:
 @dataclass
 class Ledger:
     """
-    GPU-seconds and USD spent by the run, and the budget guard.
+    GPU-, core- and GiB-seconds and USD spent by the run, and the budget guard.
 
     The guard holds at every moment, not only at submission: a call is started only
-    if its worst case (its GPUs' price x (its timeout + `startup_s`): Modal stops a
-    container at its timeout, and the start-up before it is billed too) fits in the
-    budget left once the finished calls are paid and every running call's worst
-    case is put aside (`Ledger.admit`); and the executor cancels every call when
-    what is spent, running calls included, reaches the budget
-    (`Ledger.spent_line`). Only GPU seconds are priced
-    (:data:`~snakemake_executor_plugin_modal.prices.PRICES_USD_PER_S`); a
-    container's CPU and memory are not.
+    if its worst case (its container's price per second x (its timeout +
+    `startup_s`): Modal stops a container at its timeout, and the start-up before
+    it is billed too) fits in the budget left once the finished calls are paid and
+    every running call's worst case is put aside (`Ledger.admit`); and the executor
+    cancels every call when what is spent, running calls included, reaches the
+    budget (`Ledger.spent_line`). A container's price per second is that of its
+    GPUs, its requested CPU cores and its requested memory
+    (:class:`~snakemake_executor_plugin_modal.prices.ContainerRequest`, at Modal's
+    published rates).
 
     Attributes
     ----------
@@ -64,8 +65,14 @@ class Ledger:
         :data:`STARTUP_S`), the most Modal lets a container start before it fails.
     gpu_seconds : float
         GPU-seconds spent by finished calls (seconds x GPUs).
+    core_seconds : float
+        Their physical-core-seconds (seconds x cores requested).
+    gib_seconds : float
+        Their GiB-seconds of memory (seconds x GiB requested).
+    gpu_usd, cpu_usd, memory_usd : float
+        What their GPUs, cores and memory cost, USD.
     cost_usd : float
-        Their price.
+        Their price, USD: the sum of the three.
     exhausted : str or None
         Once the budget was reached: the line that said so (every later job is
         refused with it).
@@ -74,28 +81,44 @@ class Ledger:
     max_cost_usd: float | None = None
     startup_s: float = float(STARTUP_S)
     gpu_seconds: float = 0.0
-    cost_usd: float = 0.0
+    core_seconds: float = 0.0
+    gib_seconds: float = 0.0
+    gpu_usd: float = 0.0
+    cpu_usd: float = 0.0
+    memory_usd: float = 0.0
     exhausted: str | None = None
     _calls: int = 0
 
-    def add(self, gpu: GpuRequest | None, seconds: float) -> None:
-        """Record a finished call of ``seconds`` wall-clock on ``gpu``."""
-        self._calls += 1
-        if gpu is None:
-            return
-        self.gpu_seconds += gpu.count * seconds
-        price = gpu.usd_per_second
-        if not math.isnan(price):
-            self.cost_usd += price * seconds
+    @property
+    def cost_usd(self) -> float:
+        """USD spent by finished calls: GPUs + cores + memory."""
+        return self.gpu_usd + self.cpu_usd + self.memory_usd
 
-    def worst_case(self, gpu: GpuRequest | None, timeout_s: float) -> float:
+    def add(self, request: ContainerRequest, seconds: float) -> None:
         """
-        The most USD one call can cost: price x (timeout + `startup_s`); 0 for a
-        CPU container or a GPU type without a price.
+        Record a finished call of ``seconds`` (wall-clock, from its submission to
+        its end) of a container that requested ``request``; a GPU type without a
+        price adds its GPU-seconds, not their USD.
         """
-        if gpu is None or math.isnan(gpu.usd_per_second):
+        self._calls += 1
+        seconds = float(seconds)
+        self.gpu_seconds += request.gpus * seconds
+        self.core_seconds += request.cores * seconds
+        self.gib_seconds += request.memory_gib * seconds
+        if not math.isnan(request.gpu_usd_per_second):
+            self.gpu_usd += request.gpu_usd_per_second * seconds
+        self.cpu_usd += request.cpu_usd_per_second * seconds
+        self.memory_usd += request.memory_usd_per_second * seconds
+
+    def worst_case(self, request: ContainerRequest, timeout_s: float) -> float:
+        """
+        The most USD one call can cost: its price per second (GPUs, cores and
+        memory) x (timeout + `startup_s`); 0 for a GPU type without a price
+        (refused before the run starts: `preflight`).
+        """
+        if math.isnan(request.usd_per_second):
             return 0.0
-        return gpu.usd_per_second * (float(timeout_s) + self.startup_s)
+        return request.usd_per_second * (float(timeout_s) + self.startup_s)
 
     def budget_of(self, budget: tuple[float, str] | None) -> tuple[float, str] | None:
         """`budget` (USD, where it comes from), else `max_cost_usd`, else None."""
@@ -105,7 +128,7 @@ class Ledger:
 
     def admit(
         self,
-        gpu: GpuRequest | None,
+        request: ContainerRequest,
         timeout_s: float,
         budget: tuple[float, str] | None = None,
         reserved_usd: float = 0.0,
@@ -117,8 +140,9 @@ class Ledger:
 
         Parameters
         ----------
-        gpu : GpuRequest or None
-            Its GPUs (the most expensive type of a fallback list).
+        request : ContainerRequest
+            Its container: GPUs (the most expensive type of a fallback list),
+            cores and memory.
         timeout_s : float
             The timeout it asks for, seconds (its ``runtime``, else the default).
         budget : (float, str) or None
@@ -144,19 +168,20 @@ class Ledger:
         """
         timeout_s = int(timeout_s)
         budget = self.budget_of(budget)
-        if budget is None or gpu is None or math.isnan(gpu.usd_per_second):
+        if budget is None or math.isnan(request.usd_per_second):
             return Admission("start", timeout_s)
         limit, source = budget
         if self.exhausted is not None:
             return Admission("refuse", message=self.exhausted)
-        price = gpu.usd_per_second
+        price = request.usd_per_second
         left = limit - self.cost_usd - reserved_usd
-        need = self.worst_case(gpu, timeout_s)
+        need = self.worst_case(request, timeout_s)
         if need <= left:
             return Admission("start", timeout_s)
         sep = " " if source.startswith("--") else "="
         worst = (
-            f"its worst case, {price:.6g} USD/s x ({timeout_s} s of timeout + "
+            f"its worst case, {price:.6g} USD/s ({_parts(request)}) x "
+            f"({timeout_s} s of timeout + "
             f"{self.startup_s:g} s of start-up) = {need:.2f} USD"
         )
         alone = limit - self.cost_usd  # what is left once every running call ends
@@ -186,7 +211,7 @@ class Ledger:
 
     def refusal(
         self,
-        gpu: GpuRequest | None,
+        request: ContainerRequest,
         timeout_s: float,
         reserved_usd: float = 0.0,
         budget: tuple[float, str] | None = None,
@@ -195,7 +220,7 @@ class Ledger:
         Why a job of this fixed timeout (its ``runtime``) could not start even with
         nothing else running, or None if it could (`admit`).
         """
-        admission = self.admit(gpu, timeout_s, budget, reserved_usd, running=0)
+        admission = self.admit(request, timeout_s, budget, reserved_usd, running=0)
         return admission.message if admission.verdict == "refuse" else None
 
     def spent_line(
@@ -233,8 +258,21 @@ class Ledger:
         return self.exhausted
 
     def summary(self) -> str:
-        """One line: GPU-seconds and USD spent."""
+        """One line: GPU-, core- and GiB-seconds, and USD spent (GPU, CPU, memory;
+        to 1/100 of a cent: a short run's CPU and memory cost less than a cent)."""
         return (
             f"Modal: {self._calls} container(s), "
-            f"{self.gpu_seconds:,.0f} GPU-seconds, {self.cost_usd:.2f} USD spent"
+            f"{self.gpu_seconds:,.0f} GPU-seconds, {self.core_seconds:,.0f} "
+            f"core-seconds, {self.gib_seconds:,.0f} GiB-seconds, "
+            f"{self.cost_usd:.4f} USD spent (GPU {self.gpu_usd:.4f}, CPU "
+            f"{self.cpu_usd:.4f}, memory {self.memory_usd:.4f})"
         )
+
+
+def _parts(request: ContainerRequest) -> str:
+    """What a container's price per second is made of, e.g. ``1 x T4 + 2 cores +
+    4 GiB``."""
+    gpu = ""
+    if request.gpu is not None:
+        gpu = f"{request.gpu.count} x {'/'.join(request.gpu.types)} + "
+    return f"{gpu}{request.cores:g} cores + {request.memory_gib:.3g} GiB"

@@ -30,6 +30,7 @@ from .prices import (
     price_per_second,
     price_table,
 )
+from .resources import container_request
 from .staging import relative_to_workdir
 
 __all__ = [
@@ -324,7 +325,8 @@ def job_problems(executor, jobs, workdir: Path) -> list[str]:
         if budget is not None and isinstance(runtime, (int, float)) and runtime > 0:
             startup = getattr(executor.settings, "startup_seconds", STARTUP_S)
             ledger = Ledger(startup_s=float(startup))
-            refusal = ledger.refusal(gpu, float(runtime) * 60, 0.0, budget)
+            request = container_request(job, gpu)
+            refusal = ledger.refusal(request, float(runtime) * 60, 0.0, budget)
             if refusal:
                 add("budget", rule, f"job {rule}: {refusal}")
     return problems

@@ -1,5 +1,7 @@
 """
-GPU specifications and prices: what a job asks for, and what its seconds cost.
+What a container asks for and what its seconds cost: its GPUs (a GPU specification,
+priced per GPU type), its CPU cores and its memory (priced per core and per GiB), all
+at Modal's published per-second rates (`ContainerRequest`).
 
 A GPU specification is Modal's string for the ``gpu=`` argument of ``App.function``:
 a type (``"A100"``, ``"A100-80GB"``, ``"H100"``, ``"L4"``, ...) optionally followed by
@@ -12,7 +14,12 @@ import math
 from dataclasses import dataclass
 
 __all__ = [
+    "CPU_USD_PER_CORE_S",
+    "DEFAULT_CPU_CORES",
+    "DEFAULT_MEMORY_MIB",
+    "MEMORY_USD_PER_GIB_S",
     "PRICES_USD_PER_S",
+    "ContainerRequest",
     "GpuRequest",
     "give_prices",
     "given_prices",
@@ -40,6 +47,23 @@ PRICES_USD_PER_S = {
     "L4": 0.000222,
     "T4": 0.000164,
 }
+#: Modal's CPU price, USD per physical core per second ("Physical core (2 vCPU
+#: equivalent)", $0.0000131 / core / sec), from the same page and date as
+#: :data:`PRICES_USD_PER_S` (https://modal.com/pricing, July 2026). Modal's own page
+#: could not be read from where this was written: the number is as two third-party
+#: copies of that page give it (one says it was checked on the page on 2026-06-27).
+#: Modal's ``cpu=`` counts physical cores, not vCPUs (docs, guide "Reserving CPU and
+#: memory").
+CPU_USD_PER_CORE_S = 0.0000131
+#: Modal's memory price, USD per GiB per second ($0.00000222 / GiB / sec), from the
+#: same page, date and copies as :data:`CPU_USD_PER_CORE_S` (not verified on Modal's
+#: page itself either).
+MEMORY_USD_PER_GIB_S = 0.00000222
+#: What Modal reserves, and bills at least, for a container that requests no CPU
+#: (physical cores) or no memory (MiB): "a default reservation of 0.125 CPU cores
+#: and 128 MiB of memory" (docs, guide "Reserving CPU and memory").
+DEFAULT_CPU_CORES = 0.125
+DEFAULT_MEMORY_MIB = 128
 _ALIASES = {"A100": "A100-40GB", "A10G": "A10", "H100!": "H100"}
 #: Prices given for this run (``--modal-gpu-prices``; a workflow may add its own),
 #: USD per second per GPU, by type as :func:`parse_gpu` writes it; they win over
@@ -87,6 +111,86 @@ class GpuRequest:
         fallback list, that of its most expensive type (what a budget must allow).
         """
         return self.count * max(price_per_second(t) for t in self.types)
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """
+    What one container requests of Modal, and what each of its seconds costs.
+
+    Modal bills a container per second for its GPUs, its CPU cores and its memory,
+    each at its rate (https://modal.com/pricing): GPUs at their type's price
+    (:data:`PRICES_USD_PER_S`), cores at :data:`CPU_USD_PER_CORE_S`, memory at
+    :data:`MEMORY_USD_PER_GIB_S`. For CPU and memory Modal bills "whichever is
+    higher: your reservation or actual usage" (docs, guide "Reserving CPU and
+    memory"): the request is priced here, what a container uses beyond it cannot be
+    known before it runs.
+
+    Attributes
+    ----------
+    gpu : GpuRequest or None
+        Its GPUs; None: a CPU container.
+    cpu : float
+        Physical CPU cores requested (``cpu=``); Modal's default,
+        :data:`DEFAULT_CPU_CORES`, where none.
+    memory_mb : int or None
+        Memory requested (``memory=``), MiB; None: Modal's default,
+        :data:`DEFAULT_MEMORY_MIB`.
+
+    Notes
+    -----
+    A function's ``ephemeral_disk`` raises its billed memory ("Disk requests are
+    billed by increasing the memory request at a 20:1 ratio", the same guide); the
+    plugin requests none for its jobs, so none is priced here.
+    """
+
+    gpu: GpuRequest | None = None
+    cpu: float = DEFAULT_CPU_CORES
+    memory_mb: int | None = None
+
+    @property
+    def cores(self) -> float:
+        """Physical cores billed per second: the request."""
+        return float(self.cpu)
+
+    @property
+    def memory_gib(self) -> float:
+        """GiB of memory billed per second: the request (MiB / 1024), Modal's
+        default of :data:`DEFAULT_MEMORY_MIB` MiB where none."""
+        return (self.memory_mb or DEFAULT_MEMORY_MIB) / 1024
+
+    @property
+    def gpus(self) -> int:
+        """GPUs in the container (0 for a CPU container)."""
+        return 0 if self.gpu is None else self.gpu.count
+
+    @property
+    def gpu_usd_per_second(self) -> float:
+        """Its GPUs' price, USD per second: 0 without GPUs, ``nan`` for a type
+        without a price, the dearest type of a fallback list."""
+        return 0.0 if self.gpu is None else self.gpu.usd_per_second
+
+    @property
+    def cpu_usd_per_second(self) -> float:
+        """Its cores' price, USD per second: cores x :data:`CPU_USD_PER_CORE_S`."""
+        return self.cores * CPU_USD_PER_CORE_S
+
+    @property
+    def memory_usd_per_second(self) -> float:
+        """Its memory's price, USD per second: GiB x :data:`MEMORY_USD_PER_GIB_S`."""
+        return self.memory_gib * MEMORY_USD_PER_GIB_S
+
+    @property
+    def usd_per_second(self) -> float:
+        """
+        What one second of the container costs, USD: GPUs + cores + memory
+        (``nan`` where a GPU type has no price).
+        """
+        return (
+            self.gpu_usd_per_second
+            + self.cpu_usd_per_second
+            + self.memory_usd_per_second
+        )
 
 
 def parse_gpu(spec: str | list[str]) -> GpuRequest:

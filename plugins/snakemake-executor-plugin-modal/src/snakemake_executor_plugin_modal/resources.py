@@ -1,7 +1,8 @@
 """
 What a job asks of its container, read from its resources (a group job's from its
 jobs): the GPU request (`gpu_request`), its budget (`job_budget`), its timeout
-(`runtime_seconds`), CPUs and memory. See README.md, "Which setting wins".
+(`runtime_seconds`), CPUs and memory, and all that the container requests, which
+prices its seconds (`container_request`). See README.md, "Which setting wins".
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from dataclasses import replace
 
 from snakemake_interface_common.exceptions import WorkflowError
 
-from .prices import GpuRequest, parse_gpu
+from .prices import ContainerRequest, GpuRequest, parse_gpu
 
 __all__ = [
     "benchmarks",
+    "container_request",
     "cpus",
     "gpu_request",
     "job_budget",
@@ -48,6 +50,16 @@ def memory_mb(job) -> int | None:
     if mem is None or (isinstance(mem, float) and math.isnan(mem)):
         return None
     return int(mem)
+
+
+def container_request(job, gpu: GpuRequest | None) -> ContainerRequest:
+    """
+    What the job's container requests of Modal, as the executor spawns it
+    (``Function.with_options(cpu=, memory=, gpu=)``: `RunApp.bound`): `gpu`, its
+    CPUs (:func:`cpus`, physical cores) and its memory (:func:`memory_mb`, MiB;
+    Modal's default where unset). Its price per second prices the job in the budget.
+    """
+    return ContainerRequest(gpu, cpus(job), memory_mb(job))
 
 
 def benchmarks(jobs) -> list[str]:

@@ -66,7 +66,7 @@ class Status:
                 if not outcome.ok and call.ended is None:  # its cancel failed
                     self._orphans.append(call)
             if call.ended is not None:
-                self.ledger.add(call.gpu, call.seconds)
+                self.ledger.add(call.request, call.seconds)
             if call.cancelled and self.ledger.exhausted is not None:
                 outcome.message = self.ledger.exhausted
             await self.report_outcome(job_info, call, outcome)

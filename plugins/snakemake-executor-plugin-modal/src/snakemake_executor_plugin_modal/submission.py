@@ -15,7 +15,7 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from .calls import ContainerCall
 from .ledger import Admission
 from .limits import MAX_TIMEOUT_S
-from .resources import cpus, memory_mb, runtime_seconds
+from .resources import container_request, cpus, memory_mb, runtime_seconds
 
 __all__ = ["Submission"]
 
@@ -86,14 +86,16 @@ class Submission:
         """
         What the budget guard says of this job now (`Ledger.admit`): its timeout is
         its ``runtime`` (fixed), else ``--modal-timeout`` (which may be cut to what
-        is left of the budget); the running calls' worst cases are held aside.
+        is left of the budget); its price per second is its container's (GPUs,
+        cores, memory: `resources.container_request`); the running calls' worst
+        cases are held aside.
         """
-        gpu = self.gpu_request(job)
+        request = container_request(job, self.gpu_request(job))
         runtime_s = runtime_seconds(job)
         timeout_s = min(runtime_s or self.settings.timeout, MAX_TIMEOUT_S)
         running = self.running_calls()
         return self.ledger.admit(
-            gpu,
+            request,
             timeout_s,
             self.budget(job),
             sum(c.reserved_usd(self.ledger.startup_s) for c in running),
@@ -114,7 +116,13 @@ class Submission:
         handle = self.app.spawn(
             spec, gpu, cpus(job), memory_mb(job), admission.timeout_s
         )
-        call = ContainerCall(handle, gpu, admission.timeout_s, warn=self.logger.warning)
+        call = ContainerCall(
+            handle,
+            gpu,
+            admission.timeout_s,
+            warn=self.logger.warning,
+            request=container_request(job, gpu),
+        )
         call.budget = self.budget(job)
         return call, spec
 
