@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import snakemake_executor_plugin_modal
+from snakemake_executor_plugin_modal.app_state import ENDED_STATES
 from snakemake_executor_plugin_modal.preflight import OAUTH_SETTINGS
 
 PLUGIN = Path(snakemake_executor_plugin_modal.__file__).parent
@@ -69,6 +70,7 @@ CALLS = [
         dict(image=None, gpu="T4", timeout=60, volumes={}, startup_timeout=120),
     ),
     ("config.config.get", ("token_id",), {}),
+    ("App.info", ("self",), {"refresh": True}),  # app_state.app_stopped
 ]
 ATTRIBUTES = [
     "App.app_id",
@@ -88,6 +90,8 @@ ATTRIBUTES = [
     "exception.ImageBuildError",
     "exception.ModuleNotMountable",
     "volume.FileEntryType.FILE",
+    "exception.InternalFailure",
+    *(f"types.AppState.{s.upper()}" for s in ENDED_STATES),
 ]
 
 
@@ -97,7 +101,7 @@ def real_modal():
 
     import modal
 
-    for sub in ("exception", "volume", "config"):
+    for sub in ("exception", "volume", "config", "types"):
         importlib.import_module(f"modal.{sub}")
     return modal
 

@@ -95,6 +95,8 @@ def test_every_rpc_is_served_or_answers_unimplemented():
     assert implemented_rpcs(LocalModalServer) == {
         "AppClientDisconnect",
         "AppCreate",
+        "AppGetInfo",
+        "AppGetLifecycle",
         "AppHeartbeat",
         "AppPublish",
         "AppStop",

@@ -40,7 +40,7 @@ from .homecoming import Homecoming
 from .image import container_image
 from .jobspec import JobSpecs
 from .ledger import Ledger
-from .limits import MAX_TIMEOUT_S, STARTUP_S
+from .limits import DEADLINE_MARGIN_S, MAX_TIMEOUT_S, STARTUP_S
 from .prices import GpuRequest, parse_gpu
 from .resources import cpus, gpu_request, job_budget
 from .snakemake_reads import check_reads
@@ -123,6 +123,17 @@ class ExecutorSettings(ExecutorSettingsBase):
             "longer fails, and its job with it), and what the budget keeps aside "
             "beyond each call's timeout (with the status check that sees its end). "
             "Raise it where a large image starts slowly.",
+        },
+    )
+    deadline_margin_seconds: int = field(
+        default=DEADLINE_MARGIN_S,
+        metadata={
+            "help": "--modal-deadline-margin-seconds: every call has a deadline, "
+            "its timeout + --modal-startup-seconds + this margin, in seconds from "
+            "its spawn: a call whose output has not come by then is cancelled and "
+            "its job failed (and retried where its retries allow). The margin "
+            "covers what neither bound counts: the wait to be scheduled (a GPU's "
+            "queue) and the output's way back. Raise it where GPUs queue longer.",
         },
     )
     pip: Optional[List[str]] = field(

@@ -24,7 +24,7 @@ from .errors import (
     unreadable_errors,
 )
 from .ledger import Admission, Ledger
-from .limits import MIN_TIMEOUT_S, MOUNT, STARTUP_S
+from .limits import DEADLINE_MARGIN_S, MIN_TIMEOUT_S, MOUNT, STARTUP_S
 from .prices import ContainerRequest, GpuRequest
 
 __all__ = [
@@ -77,8 +77,16 @@ class Outcome:
         run (the executor cancels it).
     ended_by_modal : bool
         Modal ended the call without a cancel from this run (``RemoteError``, not
-        raised in the container): its app was stopped, or the call cancelled from
-        outside the run (see :meth:`ContainerCall.poll`).
+        raised in the container) and says the run's app has ended (see
+        :meth:`ContainerCall.poll`).
+    lost : bool
+        Modal ended the call without a cancel from this run while the run's app
+        runs on: its container was lost (killed by the kernel's OOM killer, its
+        process killed, its worker lost) or the call cancelled from outside the
+        run; this job's failure only.
+    past_deadline : bool
+        No output came within the call's deadline
+        (:attr:`ContainerCall.deadline_s`): the call was cancelled.
     """
 
     ok: bool
@@ -87,6 +95,8 @@ class Outcome:
     remote: bool = False
     given_up: bool = False
     ended_by_modal: bool = False
+    lost: bool = False
+    past_deadline: bool = False
 
 
 class ContainerCall:
@@ -104,6 +114,13 @@ class ContainerCall:
         Where transport errors are reported (the executor's logger).
     grace_s : float
         Seconds of transport errors in a row after which the call is given up.
+    app_stopped : callable or None
+        Asks Modal whether the run's app has ended (`app_state.app_stopped` bound to
+        the app); None: a call that Modal ended without a cancel from this run is
+        taken as the app's end.
+    startup_s, margin_s : float
+        The start-up bound and the margin (seconds) that, with `timeout_s`, make
+        the call's deadline (:meth:`set_deadline`).
     request : ContainerRequest or None
         What its container requested (GPUs, cores, memory), which prices its
         seconds; None: `gpu` with Modal's default cores and memory.
@@ -116,6 +133,9 @@ class ContainerCall:
         timeout_s,
         warn: Callable[[str], None] = print,
         grace_s: float = TRANSPORT_GRACE_S,
+        app_stopped: Callable[[], bool] | None = None,
+        startup_s: float = STARTUP_S,
+        margin_s: float = DEADLINE_MARGIN_S,
         request: ContainerRequest | None = None,
     ):
         self.call = call
@@ -134,6 +154,22 @@ class ContainerCall:
         #: The budget that applied when it started (USD, where it comes from).
         self.budget: tuple[float, str] | None = None
         self._unreachable_since: float | None = None
+        self.app_stopped = app_stopped
+        self.set_deadline(startup_s, margin_s)
+
+    def set_deadline(self, startup_s: float, margin_s: float) -> None:
+        """
+        Set :attr:`deadline_s`, the seconds from the spawn after which a call whose
+        output has not come is cancelled and its job failed (:meth:`poll`): its
+        timeout (Modal stops the container then) + `startup_s` (the most its
+        container may take to start, declared as Modal's ``startup_timeout``) +
+        `margin_s` (what neither counts: the wait to be scheduled, a GPU's queue,
+        the output's way back; ``limits.DEADLINE_MARGIN_S`` says why).
+        """
+        self.startup_s = float(startup_s)
+        self.margin_s = float(margin_s)
+        #: Seconds from the spawn within which the call's output must come.
+        self.deadline_s = float(self.timeout_s) + self.startup_s + self.margin_s
 
     @property
     def call_id(self) -> str:
@@ -153,13 +189,22 @@ class ContainerCall:
         - ``FunctionTimeoutError`` (Modal stopped the container at its timeout),
           ``OutputExpiredError`` (the call ended, its result is gone): failures;
         - the bare builtin ``TimeoutError()`` that ``_FunctionCall.poll_function``
-          raises when no output is there yet (``modal/_functions.py``): running;
+          raises when no output is there yet (``modal/_functions.py``): running,
+          until the call's deadline (:attr:`deadline_s` seconds after its spawn);
+          past it a failure marked ``past_deadline``, and the call is cancelled;
         - ``RemoteError`` itself (not a subclass), not raised in the container, after
-          no cancel of this run:
-          Modal ended the call (what the client raises for an input that ended
-          ``GENERIC_STATUS_TERMINATED`` without data, ``_process_result`` in
-          ``modal/_utils/function_utils.py``: a stopped app's calls end so); a
-          failure marked ``ended_by_modal``, not cancelled again;
+          no cancel of this run: Modal ended the call. ``_process_result``
+          (``modal/_utils/function_utils.py``) raises it for an input that ended
+          without data in any status but success, timeout and internal failure: a
+          stopped app's calls (``GENERIC_STATUS_TERMINATED``) and a lost
+          container's alike (``GENERIC_STATUS_KERNEL_OOM_KILL``, or ``TERMINATED``
+          for a process killed by a signal; modal_proto/api.proto). So Modal is
+          asked for the app's state (``app_stopped``): ended, a failure marked
+          ``ended_by_modal``; running, this job's failure marked ``lost`` (retried
+          where Snakemake's ``retries`` allow; the other calls run on); the state
+          not readable (a transport error), running for now as below, the question
+          asked again at the next check; neither is cancelled again (the input
+          has ended);
         - a client-side transport error or a rate limit (:func:`unreadable_errors`):
           running, reported, for at most ``grace_s`` seconds in a row, then a
           failure, and the call is cancelled;
@@ -207,45 +252,92 @@ class ContainerCall:
                 "committed files are on the volume and are reused by a retry",
             )
         elif type(e) is modal.exception.RemoteError and not self.cancelled:
-            outcome = Outcome(
-                False,
-                "Modal ended the call without a cancel from this run "
-                f"({type(e).__name__}: {first_line(e)})",
-                ended_by_modal=True,
-            )
+            try:
+                stopped, unread = self.app_stopped is None or self.app_stopped(), ""
+            except Exception as state_error:  # classified: nothing is let through
+                if isinstance(state_error, unreadable_errors()):
+                    return self._unreadable(state_error)
+                stopped = False
+                unread = (
+                    f" (the app's state could not be read: "
+                    f"{type(state_error).__name__}: {first_line(state_error)})"
+                )
+            said = f"({type(e).__name__}: {first_line(e)})"
+            if stopped:
+                outcome = Outcome(
+                    False,
+                    f"Modal ended the call without a cancel from this run {said}",
+                    ended_by_modal=True,
+                )
+            else:
+                outcome = Outcome(
+                    False,
+                    f"its container was lost {said}: Modal ended the call without "
+                    "a cancel from this run while the run's app runs on (killed by "
+                    "the kernel's OOM killer, its process killed, its worker lost, "
+                    f"or the call cancelled from outside){unread}; this job fails "
+                    "(and is retried where its retries allow), the others run on",
+                    lost=True,
+                )
         elif type(e) is TimeoutError and not e.args:  # poll_function: no output yet
             self._unreachable_since = None
-            return None
-        elif isinstance(e, unreadable_errors()):
-            now = time.monotonic()
-            since = self._unreachable_since = self._unreachable_since or now
-            if now - since < self.grace_s:
-                self.warn(
-                    f"Modal call {self.call_id}: status not readable "
-                    f"({type(e).__name__}: {e}); still taken as running "
-                    f"({now - since:.0f} of {self.grace_s:.0f} s)"
-                )
+            waited_s = time.monotonic() - self.started
+            if waited_s <= self.deadline_s:
                 return None
-            # it may still run, bill and commit: stopped, so that a retry is the only
-            # container writing its files (Modal: the last commit wins)
+            # Modal never said how it ended: stopped, so that a retry is the only
+            # container writing its files (it may run and bill on)
             outcome = Outcome(
                 False,
-                f"Modal could not be reached for {self.grace_s:.0f} s "
-                f"({type(e).__name__}: {e}); the call is given up and cancelled",
-                given_up=True,
+                f"no output from Modal within the call's deadline of "
+                f"{self.deadline_s:.0f} s after its spawn (its timeout "
+                f"{float(self.timeout_s):.0f} s + start-up {self.startup_s:.0f} s + "
+                f"margin {self.margin_s:.0f} s, --modal-deadline-margin-seconds); "
+                "the call is cancelled",
+                past_deadline=True,
             )
             self.cancel()
             return outcome
+        elif isinstance(e, unreadable_errors()):
+            return self._unreadable(e)
         else:
-            # Modal's verdict (a lost container, an internal failure) or the client's
-            # own error (a token revoked meanwhile, a call Modal cannot find): the
-            # container may still run, so it is cancelled before the job fails
+            # Modal's verdict (a lost worker: ``InternalFailure``, "lost inputs or
+            # worker preemption", modal/_functions.py; an internal failure) or the
+            # client's own error (a token revoked meanwhile, a call Modal cannot
+            # find): the container may still run, so it is cancelled before the job
+            # fails
             outcome = Outcome(
                 False, f"the Modal call failed: {type(e).__name__}: {first_line(e)}"
             )
             self.cancel()
             return outcome
         self.ended = self.ended or time.monotonic()
+        return outcome
+
+    def _unreadable(self, e: Exception) -> Outcome | None:
+        """
+        The call's status (or its app's state) could not be read (`e`, one of
+        :func:`unreadable_errors`): running, reported, for at most ``grace_s``
+        seconds in a row; then a failure marked ``given_up``, and the call is
+        cancelled.
+        """
+        now = time.monotonic()
+        since = self._unreachable_since = self._unreachable_since or now
+        if now - since < self.grace_s:
+            self.warn(
+                f"Modal call {self.call_id}: status not readable "
+                f"({type(e).__name__}: {e}); still taken as running "
+                f"({now - since:.0f} of {self.grace_s:.0f} s)"
+            )
+            return None
+        # it may still run, bill and commit: stopped, so that a retry is the only
+        # container writing its files (Modal: the last commit wins)
+        outcome = Outcome(
+            False,
+            f"Modal could not be reached for {self.grace_s:.0f} s "
+            f"({type(e).__name__}: {e}); the call is given up and cancelled",
+            given_up=True,
+        )
+        self.cancel()
         return outcome
 
     def cancel(self, attempts: int = CANCEL_ATTEMPTS) -> bool:

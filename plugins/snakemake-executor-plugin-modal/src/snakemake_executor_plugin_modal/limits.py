@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MAX_TIMEOUT_S", "MIN_TIMEOUT_S", "MOUNT", "STARTUP_S"]
+__all__ = [
+    "DEADLINE_MARGIN_S",
+    "MAX_TIMEOUT_S",
+    "MIN_TIMEOUT_S",
+    "MOUNT",
+    "STARTUP_S",
+]
 
 #: Where containers mount the volume. ``SNAKEMAKE_MODAL_TEST_MOUNT`` moves it, read
 #: when this module is imported: the plugin's tests put it below a temporary folder,
@@ -29,3 +35,15 @@ STARTUP_S = 120
 MIN_TIMEOUT_S = 60
 #: Modal's longest function timeout, seconds (24 h).
 MAX_TIMEOUT_S = 86400
+#: Seconds a call may go without an output beyond its timeout and start-up bound,
+#: by default (``--modal-deadline-margin-seconds``), before it is cancelled and its
+#: job failed (`calls.ContainerCall.deadline_s`). Why a margin at all: neither bound
+#: counts the time before the container starts, which the call's clock here does
+#: (from its spawn): "The timeout duration ... does not include scheduling time"
+#: (Modal's docs, guide "Timeouts"), a GPU input may queue for its GPU (guide "GPU
+#: acceleration"), and the output of a container Modal stopped at its timeout comes
+#: some seconds after the stop. Why 15 minutes: a queue for a scarce GPU of that
+#: long is not unusual, and a retry would queue again; a call past it is taken as
+#: one whose status will never come (issue 47: "a call that never answers runs
+#: forever").
+DEADLINE_MARGIN_S = 900

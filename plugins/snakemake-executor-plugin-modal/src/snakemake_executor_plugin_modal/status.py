@@ -3,7 +3,10 @@ The status of the running calls, at each of Snakemake's status checks: a job
 waiting for budget is started when the guard admits it, a running call is polled
 without blocking (`ContainerCall.poll`), and a finished one's files are brought home
 and its success or failure reported, with its log's tail; a call Modal ended without
-a cancel from the run ends the run's app for every call (`Status.app_ended`).
+a cancel from the run, in an app that Modal says has ended, ends the run's app for
+every call (`Status.app_ended`), while one whose container was lost in an app that
+runs on is its job's failure only (`calls.Outcome.lost`: retried, the others run
+on), as is one past its deadline (`calls.Outcome.past_deadline`).
 """
 
 from __future__ import annotations
@@ -93,8 +96,9 @@ class Status:
     def app_ended(self, call: ContainerCall, outcome: Outcome) -> None:
         """
         Say once, in one line (`app.ended_line`), that the run's app has ended under
-        it: Modal ended `call` without a cancel from this run
-        (`Outcome.ended_by_modal`), with what this process knows of why (`Pauses`:
+        it: Modal ended `call` without a cancel from this run and says the app has
+        ended (`Outcome.ended_by_modal`, `app_state.app_stopped`), with what this
+        process knows of why (`Pauses`:
         it did not run, so its client sent no heartbeat, for longer than the
         heartbeat interval). From then on every running call fails at its next
         status check (Modal may never give a stopped app's calls an output: none is

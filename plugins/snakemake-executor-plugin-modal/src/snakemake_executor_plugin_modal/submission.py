@@ -8,10 +8,12 @@ spawned with the admitted timeout (`Submission.start`).
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
+from .app_state import app_stopped
 from .calls import ContainerCall
 from .ledger import Admission
 from .limits import MAX_TIMEOUT_S
@@ -105,7 +107,10 @@ class Submission:
 
     def start(self, job, admission: Admission) -> tuple[ContainerCall, dict]:
         """Stage the job's files and spawn its container with the admitted
-        timeout; returns the call and the job's spec."""
+        timeout; returns the call and the job's spec. The call asks Modal for the
+        app's state when Modal ends it unasked (`app_state.app_stopped`), and has
+        its deadline: timeout + ``--modal-startup-seconds`` +
+        ``--modal-deadline-margin-seconds`` (`ContainerCall.set_deadline`)."""
         if admission.message:  # its timeout was cut to the budget left
             self.logger.warning(
                 f"Modal: job {self.get_jobname(job)}: {admission.message}"
@@ -124,6 +129,11 @@ class Submission:
             request=container_request(job, gpu),
         )
         call.budget = self.budget(job)
+        # only an app that Modal says has ended ends the run (`ContainerCall.poll`)
+        call.app_stopped = functools.partial(app_stopped, self.app.app)
+        call.set_deadline(
+            self.ledger.startup_s, float(self.settings.deadline_margin_seconds)
+        )
         return call, spec
 
     async def start_waiting(self, job_info) -> bool:

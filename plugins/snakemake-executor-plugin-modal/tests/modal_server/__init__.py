@@ -16,10 +16,12 @@ from .base import RPC_NAMES, UnimplementedModalServer, implemented_rpcs
 from .faults import (
     BuildFault,
     CommitFault,
+    ContainerLoss,
     Faults,
     HttpFault,
     Preemption,
     RpcFault,
+    Unanswered,
 )
 from .server import LocalModal, LocalModalServer, serve
 from .state import (
@@ -38,6 +40,7 @@ __all__ = [
     "BuildFault",
     "CallRecord",
     "CommitFault",
+    "ContainerLoss",
     "ContainerRecord",
     "Faults",
     "FunctionCallRecord",
@@ -48,6 +51,7 @@ __all__ = [
     "Preemption",
     "RpcFault",
     "ServerState",
+    "Unanswered",
     "UnimplementedModalServer",
     "VolumeRecord",
     "implemented_rpcs",

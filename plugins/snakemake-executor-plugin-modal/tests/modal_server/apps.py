@@ -15,6 +15,11 @@ Served, each with the client code it answers (modal 1.6.4):
   ``_create_all_objects`` then ``_publish_app``, and ``_status_based_disconnect`` at
   the end or on an error).
 - ``AppStop``: ``App.stop()`` and ``modal app stop`` (modal/app.py, modal/cli/app.py).
+- ``AppGetInfo`` (``App.info(refresh=True)``, modal/app.py; read by
+  ``AppInfo._from_proto``, modal/types.py) and ``AppGetLifecycle`` (``modal app
+  stop <app id>`` first, ``resolve_app_identifier``, modal/cli/app.py;
+  ``modal.experimental.get_app_lifecycle``): the app's state and times
+  (:meth:`AppRpcs._lifecycle`).
 
 An ephemeral app is stopped, and its containers killed, when its client disconnects
 ("Terminates all running tasks for ephemeral apps", modal/runner.py, ``_disconnect``)
@@ -209,6 +214,61 @@ class AppRpcs:
         if stopping:
             self._stop_app_containers(app.app_id)
         await stream.send_message(empty_pb2.Empty())
+
+    def _lifecycle(self, app: AppRecord) -> api_pb2.AppLifecycle:
+        """
+        The app's ``AppLifecycle``: its state, created and stopped at (seconds since
+        the epoch; 0 while it runs: "Unset timestamps come back from the server as
+        0", modal/experimental/__init__.py). ``stopped_by`` names who stopped it
+        where a user did (``AppStop``), empty otherwise ("None if still running or
+        finished normally", ``AppLifecycle``, modal/types.py).
+        """
+        with self.state.lock:
+            return api_pb2.AppLifecycle(
+                app_state=app.state,
+                created_at=app.created_at,
+                created_by="local-user",
+                stopped_at=app.stopped_at or 0.0,
+                stopped_by="local-user" if app.stop_reason == "stop" else "",
+            )
+
+    async def AppGetInfo(self, stream) -> None:
+        """
+        Answer an app's description, environment, lifecycle and functions
+        (``App.info(refresh=True)``, modal/app.py).
+
+        Raises
+        ------
+        grpclib.GRPCError
+            NOT_FOUND for an unknown app.
+        """
+        req = await stream.recv_message()
+        app = self._app(req.app_id)
+        info = api_pb2.AppHandleMetadata(
+            description=app.description,
+            app_id=app.app_id,
+            environment_name=app.environment,
+            lifecycle=self._lifecycle(app),
+        )
+        with self.state.lock:
+            info.functions.update(app.function_ids)
+        await stream.send_message(api_pb2.AppGetInfoResponse(info=info))
+
+    async def AppGetLifecycle(self, stream) -> None:
+        """
+        Answer an app's lifecycle (``modal app stop <app id>``,
+        ``resolve_app_identifier``, modal/cli/app.py).
+
+        Raises
+        ------
+        grpclib.GRPCError
+            NOT_FOUND for an unknown app.
+        """
+        req = await stream.recv_message()
+        app = self._app(req.app_id)
+        await stream.send_message(
+            api_pb2.AppGetLifecycleResponse(lifecycle=self._lifecycle(app))
+        )
 
     async def AppStop(self, stream) -> None:
         """

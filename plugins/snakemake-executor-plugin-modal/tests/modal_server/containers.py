@@ -55,9 +55,12 @@ The server's watch (:meth:`ContainerRpcs.watch`, every 50 ms):
 
 Faults (:mod:`.faults`): a preempted container is interrupted (``SIGINT``), killed
 after its grace period, and its input restarted in a new container once it is gone
-(:class:`~.faults.Preemption`); ``start_delay_s`` runs Modal's entrypoint that long
-after the container's (billed) start; ``containers_ahead`` starts each function's
-container at the app's start, ahead of its input (:meth:`ContainerRpcs._start_ahead`).
+(:class:`~.faults.Preemption`); a lost container (:class:`~.faults.ContainerLoss`:
+OOM-killed, its entrypoint killed, its worker lost) is killed and its input ended
+with Modal's status for that loss, not restarted (:meth:`ContainerRpcs._lose`);
+``start_delay_s`` runs Modal's entrypoint that long after the container's (billed)
+start; ``containers_ahead`` starts each function's container at the app's start,
+ahead of its input (:meth:`ContainerRpcs._start_ahead`).
 
 Killing a container ends its whole process group (``SIGKILL``), as a worker ending a
 container ends everything in it; so does the end of its entrypoint's process.
@@ -576,6 +579,36 @@ class ContainerRpcs:
         except ProcessLookupError:
             pass
 
+    def _lose(self, container: ContainerRecord, call: FunctionCallRecord) -> None:
+        """
+        Lose the container as ``faults.loss`` says (:data:`~.faults.LOSSES`): its
+        input ends with that loss's status (set first: what the container would
+        send is dropped), then its process group, or only its entrypoint's process,
+        gets ``SIGKILL``; no exit commit runs (Modal's runs in the container's own
+        Python, ``lifecycle_context`` step 8, modal/_runtime/user_code_imports.py).
+        """
+        loss = self.state.faults.loss
+        with self.state.lock:
+            loss.lost.append(container.task_id)
+            container.end_reason = loss.end_reason
+        self._set_output(
+            call,
+            _result(
+                _S.GenericStatus.Value(loss.status),
+                f"container {container.task_id}: {loss.end_reason} (local Modal "
+                "server's fault)",
+            ),
+            task_id=container.task_id,
+            input_started_at=container.input_at or 0.0,
+        )
+        try:
+            if loss.whole_group:
+                os.killpg(container.process.pid, signal.SIGKILL)
+            else:
+                os.kill(container.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     async def watch(self) -> None:
         """
         Watch containers and apps every :data:`WATCH_INTERVAL_S` seconds until
@@ -612,6 +645,12 @@ class ContainerRpcs:
                     preemption
                 ) and preemption.due(committed, now - container.input_at):
                     self._preempt(container, now)
+                    continue
+            loss = state.faults.loss
+            if loss is not None and container.input_at is not None:
+                files = self._committed(loss.volume) if loss.when else []
+                if loss.due(files, now - container.input_at):
+                    self._lose(container, call)
                     continue
             every = state.background_commit_s
             if container.views and every and container.input_at is not None:

@@ -25,6 +25,13 @@ so that a test asserts what the real client does with it, not what a fake says.
 - :class:`Preemption`: a running input's container is interrupted and its input
   restarted in a new container ("Modal will gracefully terminate the Function and
   restart it on the same input", Modal's docs, guide "Preemption").
+- :class:`ContainerLoss`: a running input's container is lost the ways Modal loses
+  one (the kernel's OOM killer, its entrypoint killed, its worker lost), its input
+  ended with the result Modal's server gives each (``GenericResult`` statuses,
+  modal_proto/api.proto), which the client raises (``_process_result``,
+  modal/_utils/function_utils.py).
+- :class:`Unanswered`: calls whose output the server never gives (``FunctionGetOutputs``
+  answers "unfinished" whatever happened to their input).
 - ``start_delay_s``: each container waits this long, started and billed, before
   Modal's entrypoint runs (and asks for its input).
 - ``containers_ahead``: each function keeps one container started ahead of its next
@@ -44,10 +51,12 @@ __all__ = [
     "CONTAINER",
     "BuildFault",
     "CommitFault",
+    "ContainerLoss",
     "Faults",
     "HttpFault",
     "Preemption",
     "RpcFault",
+    "Unanswered",
 ]
 
 #: Who sent a call, for :attr:`RpcFault.caller`: a client outside the containers
@@ -306,6 +315,133 @@ class Preemption:
         )
 
 
+#: How a container is lost (:class:`ContainerLoss`) -> what the server does and
+#: answers: the end reason recorded, whether the container's process group is killed
+#: (else only its entrypoint's process, the rest killed when that is seen gone), and
+#: the input's ``GenericResult`` status, each as modal_proto/api.proto (modal 1.6.4)
+#: documents it:
+#:
+#: - ``"oom"``: "the kernel OOM-killed a process in the task's container after it
+#:   hit its own memory limit" (``GENERIC_STATUS_KERNEL_OOM_KILL``; the process
+#:   killed is the container's Python, which sends nothing more);
+#: - ``"entrypoint"``: "a task was killed using an external signal"
+#:   (``GENERIC_STATUS_TERMINATED``): its entrypoint's process gets ``SIGKILL``;
+#: - ``"worker"``: the worker is lost ("lost inputs or worker preemption" are
+#:   ``GENERIC_STATUS_INTERNAL_FAILURE``, modal/_functions.py, ``run_function``;
+#:   ``TASK_TERMINATION_REASON_WORKER_HEARTBEAT_TIMEOUT``, "the worker lost contact
+#:   with the control plane"): every process of the container ends at once.
+#:
+#: The client's ``FunctionCall.get`` (``poll_function``, modal/_functions.py, which
+#: retries nothing) hands the result to ``_process_result``
+#: (modal/_utils/function_utils.py): ``INTERNAL_FAILURE`` raises
+#: ``InternalFailure``; any other status but success and timeout, with no data,
+#: raises ``RemoteError`` itself with the result's ``exception`` text, the same
+#: error a stopped app's terminated inputs raise.
+LOSSES = {
+    "oom": ("oom killed", True, "GENERIC_STATUS_KERNEL_OOM_KILL"),
+    "entrypoint": ("entrypoint killed", False, "GENERIC_STATUS_TERMINATED"),
+    "worker": ("worker lost", True, "GENERIC_STATUS_INTERNAL_FAILURE"),
+}
+
+
+@dataclass
+class ContainerLoss:
+    """
+    A running input's container lost (killed without its Python sending anything),
+    once given files of a volume are committed or a time has passed, as
+    :class:`Preemption` chooses its moment; its input ends with what Modal answers
+    for that loss (:data:`LOSSES`) and is not restarted. The server's texts are its
+    own: Modal's are not in the client.
+
+    Attributes
+    ----------
+    how : str
+        ``"oom"``, ``"entrypoint"`` or ``"worker"`` (:data:`LOSSES`).
+    volume : str
+        The volume whose committed files :attr:`when` matches.
+    when : tuple of str
+        Glob patterns relative to the volume's root (``fnmatch``): the container is
+        lost once each matches a committed file.
+    after_s : float or None
+        Or: seconds after the container received its input.
+    times : int
+        How many containers are lost (the first running ones, in start order).
+    lost : list of str
+        The task ids lost, in order.
+    """
+
+    how: str = "oom"
+    volume: str = ""
+    when: tuple[str, ...] = ()
+    after_s: float | None = None
+    times: int = 1
+    lost: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.how not in LOSSES:
+            raise ValueError(f"how: one of {sorted(LOSSES)}, not {self.how!r}")
+
+    @property
+    def end_reason(self) -> str:
+        """What the lost container's record says (``ContainerRecord.end_reason``)."""
+        return LOSSES[self.how][0]
+
+    @property
+    def whole_group(self) -> bool:
+        """Whether every process of the container is killed at once."""
+        return LOSSES[self.how][1]
+
+    @property
+    def status(self) -> str:
+        """The input's ``GenericResult`` status name."""
+        return LOSSES[self.how][2]
+
+    def due(self, committed: list[str], running_s: float) -> bool:
+        """Whether a container running its input for ``running_s`` seconds is lost
+        now, the volume holding ``committed`` (relative POSIX paths)."""
+        if len(self.lost) >= self.times:
+            return False
+        if self.after_s is not None and running_s >= self.after_s:
+            return True
+        return bool(self.when) and all(
+            any(fnmatch.fnmatch(p, pattern) for p in committed) for pattern in self.when
+        )
+
+
+@dataclass
+class Unanswered:
+    """
+    Calls whose status never comes: for the first :attr:`times` calls made (after
+    :attr:`after`), ``FunctionGetOutputs`` answers ``num_unfinished_inputs=1`` and
+    no output, whatever happened to the input (its container may end, it may be
+    cancelled), after waiting the request's ``timeout``. The client's
+    ``FunctionCall.get`` then raises the builtin ``TimeoutError()``
+    (``poll_function``, modal/_functions.py): "no output yet", for ever.
+
+    Attributes
+    ----------
+    times : int
+        How many calls are never answered.
+    after : int
+        Calls answered normally before the first one that is not.
+    seen : int
+        Calls made so far.
+    call_ids : list of str
+        The calls never answered (``fc-...``), in order.
+    """
+
+    times: int = 1
+    after: int = 0
+    seen: int = 0
+    call_ids: list[str] = field(default_factory=list)
+
+    def take(self, call_id: str) -> None:
+        """Count one new call; it is never answered while :attr:`times` allows."""
+        self.seen += 1
+        if self.seen > self.after and len(self.call_ids) < self.times:
+            self.call_ids.append(call_id)
+
+
 @dataclass
 class Faults:
     """
@@ -321,6 +457,8 @@ class Faults:
     commit : CommitFault or None
     build : BuildFault or None
     preemption : Preemption or None
+    loss : ContainerLoss or None
+    unanswered : Unanswered or None
     start_delay_s : float
         Seconds each container waits, billed, before Modal's entrypoint runs.
     containers_ahead : bool
@@ -332,6 +470,8 @@ class Faults:
     commit: CommitFault | None = None
     build: BuildFault | None = None
     preemption: Preemption | None = None
+    loss: ContainerLoss | None = None
+    unanswered: Unanswered | None = None
     start_delay_s: float = 0.0
     containers_ahead: bool = False
 

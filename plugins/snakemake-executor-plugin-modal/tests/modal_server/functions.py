@@ -33,6 +33,8 @@ Served, each with the client code it answers (modal 1.6.4):
   for the output; no output answers ``num_unfinished_inputs=1``, which the client
   turns into ``TimeoutError`` (``poll_function``); an output cleared by
   ``clear_on_success`` answers ``num_unfinished_inputs=0`` (``OutputExpiredError``).
+  A call the server never answers (``Faults.unanswered``, :class:`~.faults.
+  Unanswered`) always answers as unfinished.
 - ``FunctionCallCancel``: ``FunctionCall.cancel`` (modal/_functions.py). With
   ``terminate_containers`` the input's container is killed at once; without, the
   cancel reaches the container at its next heartbeat (:mod:`.containers`). Either way
@@ -283,6 +285,8 @@ class FunctionRpcs:
         )
         with self.state.lock:
             self.state.function_calls[call.function_call_id] = call
+            if self.state.faults.unanswered is not None:
+                self.state.faults.unanswered.take(call.function_call_id)
         items = [self._add_input(call, item) for item in req.pipelined_inputs]
         await stream.send_message(
             api_pb2.FunctionMapResponse(
@@ -323,6 +327,13 @@ class FunctionRpcs:
         """
         req = await stream.recv_message()
         call = self._call(req.function_call_id)
+        unanswered = self.state.faults.unanswered
+        if unanswered is not None and call.function_call_id in unanswered.call_ids:
+            await asyncio.sleep(req.timeout)  # its output never comes
+            await stream.send_message(
+                api_pb2.FunctionGetOutputsResponse(num_unfinished_inputs=1)
+            )
+            return
         if call.output is None and req.timeout > 0:
             try:
                 await asyncio.wait_for(

@@ -307,8 +307,9 @@ class ContainerRecord:
         When its process was seen gone.
     end_reason : str
         ``"exited"``, ``"timeout"``, ``"startup timeout"``, ``"cancelled"``, ``"app
-        stopped"``, ``"stopped"`` (``ContainerStop``), ``"preempted"`` or ``""``
-        while it runs.
+        stopped"``, ``"stopped"`` (``ContainerStop``), ``"preempted"``, a loss
+        (``"oom killed"``, ``"entrypoint killed"``, ``"worker lost"``:
+        ``Faults.loss``) or ``""`` while it runs.
     returncode : int or None
         The process's exit status (negative: the signal that ended it).
     heartbeats : list of float
