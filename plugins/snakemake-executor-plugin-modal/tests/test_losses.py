@@ -443,3 +443,50 @@ def test_a_call_never_answered_fails_by_its_deadline_and_is_retried(
         "margin 5 s, --modal-deadline-margin-seconds); the call is cancelled"
     ) in text
     assert (tmp_path / "out.txt").read_text() == "done\n"
+
+
+@pytest.mark.modal_server
+@pytest.mark.timeout(300)
+def test_an_app_stopped_with_modal_app_stop_ends_the_run_in_one_line(
+    modal_server, tmp_path
+):
+    """
+    ``modal app stop <app id> --yes`` mid-shard: the shard's call raises
+    ``RemoteError`` itself, as a lost container's does, but Modal says the app is
+    stopped, so the run ends: one line names the app and why, the shard fails at
+    once and brings its committed image home, and nothing is retried or spawned
+    into the stopped app.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from .helpers import spawned
+    from .test_lifetime import _run_apps, _start_mid_shard
+
+    proc, work, ran, gate, args, name, made = _start_mid_shard(modal_server, tmp_path)
+    (app_id,) = _run_apps(modal_server)
+    stop = subprocess.run(
+        [sys.executable, "-m", "modal", "app", "stop", app_id, "--yes"],
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert stop.returncode == 0, stop.stderr[-2000:]
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    app = modal_server.state.apps[app_id]
+    assert (app.state_name, app.stop_reason) == ("APP_STATE_STOPPED", "stop")
+    named = [x for x in out.splitlines() if f"the run's app {app_id} has ended" in x]
+    assert len(named) == 1, out[-4000:]
+    assert (
+        "Modal ended the call without a cancel from this run (RemoteError: the "
+        in (named[0])
+    )
+    assert "the app was stopped (`modal app stop`, Modal's dashboard)" in named[0]
+    assert "its container was lost" not in out
+    assert modal_server.state.calls_of("AppGetInfo")  # Modal was asked
+    assert "1 output(s) its container finished are brought home" in out
+    assert (work / name).read_text() == made
+    assert len(spawned(modal_server)) == 1  # nothing spawned into the stopped app
