@@ -246,8 +246,10 @@ OBJECT_METHODS = {
 MODAL_CLASSES = ["App", "Function", "FunctionCall", "Volume", "Image", "Secret"]
 #: Attribute names of the plugin's code that are also names of those classes' public
 #: attributes but are not Modal's (``self.logger.info``, ``pool.map``, ``dict.update``,
-#: the plugin's own ``RunApp.stop``/``.app``/``.name``, ``self.workdir``).
-NOT_MODALS = {"info", "map", "update", "stop", "app", "name", "workdir"}
+#: the plugin's own ``RunApp.stop``/``.app``/``.name``, ``self.workdir``; the
+#: ``description`` of ``AppListResponse.AppListItem`` that ``earlier`` reads, checked
+#: in tests/test_earlier.py).
+NOT_MODALS = {"info", "map", "update", "stop", "app", "name", "workdir", "description"}
 #: The workflow's Modal modules, found from this test file (the plugin installs
 #: non-editable: `PLUGIN` is then in site-packages, where no workflow is).
 WORKFLOW_ON_MODAL = (

@@ -36,13 +36,20 @@ from . import preflight
 from .app import Pauses, RunApp, heartbeat_interval_s
 from .cancellation import Cancellation
 from .container import TARGETS
+from .earlier import EARLIER_APPS, meet_earlier_apps, run_app_name
 from .homecoming import Homecoming
 from .image import container_image
 from .jobspec import JobSpecs
 from .ledger import Ledger
 from .limits import DEADLINE_MARGIN_S, MAX_TIMEOUT_S, STARTUP_S
-from .prices import GpuRequest, parse_gpu
-from .resources import cpus, gpu_request, job_budget
+from .prices import ContainerRequest, GpuRequest, parse_gpu
+from .resources import (
+    container_request,
+    cpus,
+    gpu_request,
+    job_budget,
+    runtime_seconds,
+)
 from .snakemake_reads import check_reads
 from .staging import VolumeStager, default_prefix
 from .status import Status
@@ -109,8 +116,9 @@ class ExecutorSettings(ExecutorSettingsBase):
         metadata={
             "help": "--modal-max-cost-usd: the most USD the run's containers (their "
             "GPUs, CPU cores and memory) may cost, at every moment: a job starts "
-            "only if its worst case (price x (timeout + start-up)) fits beside what is spent and what the running calls may "
-            "still cost (it waits while they run), and every call is cancelled when "
+            "only if its worst case (price x (timeout + start-up)) fits beside what "
+            "is spent and what the running calls may still cost (it waits while "
+            "they run), and every call is cancelled when "
             "the spending reaches it. A job's 'modal_max_cost_usd' resource is a "
             "budget for that job as well; where both are set, the lower wins.",
         },
@@ -134,6 +142,19 @@ class ExecutorSettings(ExecutorSettingsBase):
             "its job failed (and retried where its retries allow). The margin "
             "covers what neither bound counts: the wait to be scheduled (a GPU's "
             "queue) and the output's way back. Raise it where GPUs queue longer.",
+        },
+    )
+    earlier_apps: str = field(
+        default="stop",
+        metadata={
+            "help": "--modal-earlier-apps: what a run does, before any job, with the "
+            "apps of earlier runs of the same workflow (the same volume folder: by "
+            "default the same working directory) that still run, such as a killed "
+            "run's, whose containers Modal stops only once it misses its client's "
+            "heartbeats: 'stop' them (the default), or 'count' their containers in "
+            "the budget (each as this run's dearest job, for its timeout) and leave "
+            "them. One line names them either way.",
+            "choices": list(EARLIER_APPS),
         },
     )
     pip: Optional[List[str]] = field(
@@ -269,6 +290,15 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
             self.settings.volume, create_if_missing=True
         )
         self.stager = VolumeStager(self.volume, prefix, self.workdir)
+        # an earlier run's app still running (a killed run's): stopped, or held in
+        # the budget, before anything of this run is built or spawned
+        self.app_name = run_app_name(self.stager.prefix)
+        self._earlier = meet_earlier_apps(
+            self.app_name,
+            self.settings.earlier_apps,
+            self.dearest_planned(),
+            say=self.logger.warning,
+        )
         self.specs = JobSpecs(self.workflow, self.settings, self.stager, self.workdir)
         self.image = container_image(
             self.settings.pip or [],
@@ -281,7 +311,7 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
             f"job; volume folder {self.settings.volume}:/{self.stager.prefix}"
         )
         self.app = RunApp(
-            f"snakemake-{self.stager.prefix}"[:64],
+            self.app_name,
             self.image,
             self.volume,
             min(self.settings.timeout, MAX_TIMEOUT_S),
@@ -306,6 +336,30 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
             if gpu is not None and gpu.fallbacks and gpu not in found:
                 found.append(gpu)
         return found
+
+    def dearest_planned(self) -> tuple[ContainerRequest, float]:
+        """
+        The planned job whose container may cost the most (`container_request`, its
+        timeout: its ``runtime``, else ``--modal-timeout``, and the start-up), and
+        that bound in seconds: what each container of an earlier run's app is taken
+        to be (`earlier.EarlierHold`); a CPU container of 1 core with the default
+        timeout where no job is planned.
+        """
+        startup_s = float(self.settings.startup_seconds)
+        found = []
+        for job in self.planned_jobs():
+            try:
+                request = container_request(job, self.gpu_request(job))
+            except WorkflowError:  # that job's error, reported when it is submitted
+                continue
+            runtime_s = runtime_seconds(job) or self.settings.timeout
+            bound_s = float(min(runtime_s, MAX_TIMEOUT_S)) + startup_s
+            found.append((request.usd_per_second * bound_s, request, bound_s))
+        if not found:
+            default_s = float(min(self.settings.timeout, MAX_TIMEOUT_S)) + startup_s
+            return ContainerRequest(None, 1.0), default_s
+        _, request, bound_s = max(found, key=lambda f: f[0])
+        return request, bound_s
 
     def planned_jobs(self) -> list:
         """The jobs of the DAG that will run in containers (not local rules)."""
@@ -345,6 +399,7 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
         if pauses is not None:
             pauses.stop()
         self.cancel_orphans()
+        self.count_earlier(everything=True)
         app = getattr(self, "app", None)
         if app is not None:
             app.stop(warn=self.logger.warning)

@@ -71,10 +71,28 @@ class Cancellation:
         return self.ledger.spent_line(running_usd, min(budgets), ahead_usd, ahead_s)
 
     def running_calls(self) -> list:
-        """The calls that may bill: running, and those whose cancel has not
-        reached Modal yet."""
+        """The calls that may bill: running, those whose cancel has not reached
+        Modal yet, and the earlier runs' apps held in the budget
+        (`earlier.EarlierHold`: ``--modal-earlier-apps count``) until they expire."""
+        self.count_earlier()
         with self._calls_lock:
-            return [*self._calls.values(), *self._orphans]
+            held = getattr(self, "_earlier", [])
+            return [*self._calls.values(), *self._orphans, *held]
+
+    def count_earlier(self, everything: bool = False) -> None:
+        """
+        Count in the ledger what the earlier runs' apps held in the budget have
+        cost, once they can bill no more (stopped by the budget's stop, or past
+        their bound), or all of them (`everything`: at the run's end); each of their
+        containers is one container of the ledger.
+        """
+        with self._calls_lock:
+            held = getattr(self, "_earlier", [])
+            done = [h for h in held if everything or h.expired]
+            self._earlier = [h for h in held if h not in done]
+        for hold in done:
+            for _ in range(hold.app.containers):
+                self.ledger.add(hold.request, hold.seconds)
 
     def cancel_all(self) -> None:
         """Cancel every running call not cancelled yet (the budget is reached; a

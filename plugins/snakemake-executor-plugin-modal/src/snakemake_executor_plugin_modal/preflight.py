@@ -20,6 +20,7 @@ from pathlib import Path
 
 from snakemake_interface_common.exceptions import WorkflowError
 
+from .earlier import EARLIER_APPS
 from .image import check_python_version
 from .ledger import Ledger
 from .limits import STARTUP_S
@@ -253,6 +254,13 @@ def settings_problems(settings, workflow=None) -> list[str]:
         problem = gpu_problem(settings.gpu, "--modal-gpu")
         if problem:
             problems.append(problem)
+    earlier = getattr(settings, "earlier_apps", "stop")
+    if earlier not in EARLIER_APPS:
+        problems.append(
+            f"--modal-earlier-apps {earlier!r}: one of "
+            f"{', '.join(EARLIER_APPS)} (what a run does with the apps of earlier "
+            "runs of the workflow still running)"
+        )
     try:
         check_python_version(sys.version_info)
     except WorkflowError as e:

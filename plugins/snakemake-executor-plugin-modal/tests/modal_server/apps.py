@@ -15,6 +15,9 @@ Served, each with the client code it answers (modal 1.6.4):
   ``_create_all_objects`` then ``_publish_app``, and ``_status_based_disconnect`` at
   the end or on an error).
 - ``AppStop``: ``App.stop()`` and ``modal app stop`` (modal/app.py, modal/cli/app.py).
+- ``AppList``: ``modal app list`` (modal/cli/app.py, ``list_``), ``Environment.apps
+  .list()`` (modal/_environments.py): every app of an environment with its state
+  and running containers (:meth:`AppRpcs.AppList`).
 - ``AppGetInfo`` (``App.info(refresh=True)``, modal/app.py; read by
   ``AppInfo._from_proto``, modal/types.py) and ``AppGetLifecycle`` (``modal app
   stop <app id>`` first, ``resolve_app_identifier``, modal/cli/app.py;
@@ -288,3 +291,30 @@ class AppRpcs:
                 app.stop_reason = "stop"
         self._stop_app_containers(app.app_id)
         await stream.send_message(empty_pb2.Empty())
+
+    async def AppList(self, stream) -> None:
+        """
+        List the apps of an environment (``""``: the default, ``main``), as
+        ``modal app list`` reads them (modal/cli/app.py, ``list_``): id,
+        description (the name given to ``modal.App``), state, created and stopped
+        at (seconds since the epoch; 0 while it runs), ``n_running_tasks`` (its
+        containers whose process has not been seen gone) and ``name`` (empty: only
+        a deployed app has one, and none is served).
+        """
+        req = await stream.recv_message()
+        env = req.environment_name or DEFAULT_ENVIRONMENT
+        with self.state.lock:
+            apps = [a for a in self.state.apps.values() if a.environment == env]
+            running = [c.app_id for c in self.state.containers.values() if c.running]
+        items = [
+            api_pb2.AppListResponse.AppListItem(
+                app_id=a.app_id,
+                description=a.description,
+                state=a.state,
+                created_at=a.created_at,
+                stopped_at=a.stopped_at or 0.0,
+                n_running_tasks=running.count(a.app_id),
+            )
+            for a in apps
+        ]
+        await stream.send_message(api_pb2.AppListResponse(apps=items))
