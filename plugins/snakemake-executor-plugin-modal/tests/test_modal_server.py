@@ -98,6 +98,7 @@ def test_every_rpc_is_served_or_answers_unimplemented():
         "AppGetInfo",
         "AppGetLifecycle",
         "AppHeartbeat",
+        "AppList",
         "AppPublish",
         "AppStop",
         "BlobCreate",
