@@ -18,6 +18,7 @@ import types
 
 from snakemake_executor_plugin_modal import Executor
 from snakemake_executor_plugin_modal.calls import Ledger
+from snakemake_executor_plugin_modal.home_queue import HomeQueue
 from snakemake_executor_plugin_modal.staging import VolumeStager
 
 from .test_linear import _shard
@@ -114,9 +115,11 @@ def test_a_download_calls_its_tick_while_files_come(tmp_path):
 
 def test_a_failed_shards_home_coming_checks_the_budget(tmp_path):
     """
-    ``handle_job_error`` downloads a failed shard's finished images under
-    Snakemake's lock (no status check meanwhile): a call that reaches the budget
-    while they download is cancelled then, with the stop line, not after.
+    ``handle_job_error`` (under Snakemake's scheduler lock) hands a failed shard's
+    finished images to the pool of downloads and returns at once (under 0.3 s; the
+    download takes about 0.8 s); a call that reaches the budget while they
+    download is cancelled then, with the stop line, not after; the run's end
+    (`HomeQueue.close`) waits for all 64 images.
     """
     volume, members = _shard()
     real = volume.read_file
@@ -136,7 +139,11 @@ def test_a_failed_shards_home_coming_checks_the_budget(tmp_path):
     ex.get_jobname = lambda job: "shard-1"
     job = object()
     ex._failed = {job: {"members": members}}
+    ex.home = HomeQueue()
+    t0 = time.monotonic()
     ex.handle_job_error(job)
+    assert time.monotonic() - t0 < 0.3
+    ex.home.close()
     assert call.cancelled
     assert any("the budget is reached" in line for line in ex.logged)
     assert sum((tmp_path / m["outputs"][0]).exists() for m in members) == 64

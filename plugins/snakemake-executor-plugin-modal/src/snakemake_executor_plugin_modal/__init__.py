@@ -34,9 +34,11 @@ from snakemake_interface_executor_plugins.utils import (
 
 from . import preflight
 from .app import Pauses, RunApp, heartbeat_interval_s
+from .calls import CANCEL_ATTEMPTS
 from .cancellation import Cancellation
 from .container import TARGETS
 from .earlier import EARLIER_APPS, meet_earlier_apps, run_app_name
+from .home_queue import HomeQueue
 from .homecoming import Homecoming
 from .image import container_image
 from .jobspec import JobSpecs
@@ -261,6 +263,10 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
         self._waiting: dict[str, object] = {}
         self._orphans: list = []
         self._failed: dict = {}
+        # jobs admitted whose files upload (`submission.Reservation`), held aside
+        # in the budget until spawned; finished jobs' downloads, off the status loop
+        self._starting: dict = {}
+        self.home = HomeQueue()
         self._calls_lock = threading.Lock()
         # a job's admission and its registration as running happen under this lock,
         # whether submitted (Snakemake's thread) or started after waiting (status
@@ -387,10 +393,13 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
 
     def handle_job_error(self, job):
         """After Snakemake has handled a failed job: bring home the outputs its
-        container finished and committed (`Homecoming.bring_home_failed`)."""
-        self.bring_home_failed(job)
+        container finished and committed (`Homecoming.bring_home_failed`), in the
+        pool of downloads (`HomeQueue.later`), not under Snakemake's scheduler lock,
+        which it holds here; the run's end waits for them."""
+        self.home.later(lambda: self.bring_home_failed(job))
 
     def cancel_jobs(self, active_jobs):
+        self._cancelled = True
         self.cancel_every_call()
 
     def shutdown(self):
@@ -398,7 +407,8 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
         pauses = getattr(self, "pauses", None)
         if pauses is not None:
             pauses.stop()
-        self.cancel_orphans()
+        # the calls whose cancel failed: a few rounds before the app's stop
+        self.cancel_orphans(rounds=CANCEL_ATTEMPTS)
         self.count_earlier(everything=True)
         app = getattr(self, "app", None)
         if app is not None:
@@ -406,6 +416,15 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
         for call in self._orphans:  # ended by the app's stop
             self.ledger.add(call.request, call.seconds)
         self._orphans = []
+        home = getattr(self, "home", None)
+        if home is not None:  # files still coming home: waited for, the app
+            # stopped first (Ctrl-C: those not started are dropped)
+            if home.pending():
+                self.logger.info(
+                    f"Modal: waiting for {home.pending()} download(s) of finished "
+                    "jobs' files before the run ends"
+                )
+            home.close(cancel=getattr(self, "_cancelled", False))
         self.logger.info(self.ledger.summary())
 
     def get_job_args(self, job, **kwargs):

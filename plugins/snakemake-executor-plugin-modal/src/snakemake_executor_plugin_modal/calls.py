@@ -48,7 +48,8 @@ __all__ = [
     "unreadable_errors",
 ]
 
-#: Times a cancel is tried before the call is left to the next status check.
+#: Rounds of cancels at Ctrl-C (`Cancellation.cancel_every_call`), 1 and 2 s apart;
+#: in the status loop a cancel is tried once per status check, never waited on.
 CANCEL_ATTEMPTS = 3
 #: Seconds of client-side transport errors (no answer from Modal) after which a call
 #: whose status cannot be read is given up as failed; before that it counts as running.
@@ -214,7 +215,8 @@ class ContainerCall:
           and the call is cancelled.
 
         A call that may still run is never left running: it is cancelled
-        (``FunctionCall.cancel``, tried again where that fails: :meth:`cancel`)
+        (``FunctionCall.cancel``, once, tried again at the next status check where
+        that fails: :meth:`cancel`)
         before its failure is returned, since its container would go on billing and
         committing beside the retry's; its seconds up to then are what
         :attr:`seconds` counts.
@@ -340,33 +342,32 @@ class ContainerCall:
         self.cancel()
         return outcome
 
-    def cancel(self, attempts: int = CANCEL_ATTEMPTS) -> bool:
+    def cancel(self, warn: bool = True) -> bool:
         """
         Stop the container (``FunctionCall.cancel(terminate_containers=True)``),
-        trying `attempts` times (1, 2, 4, ... s apart); True once Modal took it.
-        A cancel that failed every time is reported, not raised: the call counts as
-        running (its seconds go on counting in :attr:`seconds`) and the executor
-        tries again at every status check, then stops the app at the run's end.
+        tried once, never waited on: True once Modal took it. A refused cancel is
+        reported (where `warn`), not raised, and costs the status check no more than
+        the one request: the call counts as running (its seconds go on counting in
+        :attr:`seconds`), the executor tries again at the next status check
+        (`Cancellation.cancel_orphans`; at Ctrl-C, `CANCEL_ATTEMPTS` rounds), and
+        stops the app at the run's end.
         """
         if self.cancelled:
             return True
-        for attempt in range(attempts):
-            try:
-                self.call.cancel(terminate_containers=True)
-            except Exception as e:
-                error = e
-                if attempt + 1 < attempts:
-                    time.sleep(2.0**attempt)
-                continue
-            self.cancelled = True
-            self.ended = self.ended or time.monotonic()
-            return True
-        self.warn(
-            f"Modal call {self.call_id}: cancel failed {attempts} time(s) "
-            f"({type(error).__name__}: {error}); its container may still run and "
-            "bill: counted as running, cancelled again at the next status check"
-        )
-        return False
+        try:
+            self.call.cancel(terminate_containers=True)
+        except Exception as e:  # reported; tried again by the next check
+            if warn:
+                self.warn(
+                    f"Modal call {self.call_id}: cancel failed "
+                    f"({type(e).__name__}: {first_line(e)}); its container may "
+                    "still run and bill: counted as running, cancelled again at the "
+                    "next status check"
+                )
+            return False
+        self.cancelled = True
+        self.ended = self.ended or time.monotonic()
+        return True
 
     def reserved_usd(self, startup_s: float) -> float:
         """

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["Cancellation"]
+from .calls import CANCEL_ATTEMPTS
+
+__all__ = ["CANCEL_WAITS_S", "Cancellation", "cancel_in_rounds"]
+
+#: Seconds waited between the rounds of cancels at Ctrl-C (`CANCEL_ATTEMPTS` rounds).
+CANCEL_WAITS_S = (1.0, 2.0)
 
 
 class Cancellation:
@@ -72,12 +77,15 @@ class Cancellation:
 
     def running_calls(self) -> list:
         """The calls that may bill: running, those whose cancel has not reached
-        Modal yet, and the earlier runs' apps held in the budget
-        (`earlier.EarlierHold`: ``--modal-earlier-apps count``) until they expire."""
+        Modal yet, the jobs admitted whose files are still uploading
+        (`submission.Reservation`: their worst case is held aside), and the earlier
+        runs' apps held in the budget (`earlier.EarlierHold`: ``--modal-earlier-apps
+        count``) until they expire."""
         self.count_earlier()
         with self._calls_lock:
             held = getattr(self, "_earlier", [])
-            return [*self._calls.values(), *self._orphans, *held]
+            starting = list(getattr(self, "_starting", {}).values())
+            return [*self._calls.values(), *self._orphans, *starting, *held]
 
     def count_earlier(self, everything: bool = False) -> None:
         """
@@ -100,28 +108,54 @@ class Cancellation:
         are refused when they are next checked."""
         for call in self.running_calls():
             if not call.cancelled:
-                call.cancel(attempts=1)
+                call.cancel()
 
-    def cancel_orphans(self) -> None:
-        """Cancel again the calls whose cancel failed; count them once it works."""
+    def cancel_orphans(self, rounds: int = 1) -> None:
+        """Cancel again the calls whose cancel failed, once each (at every status
+        check) or in `rounds` rounds 1 and 2 s apart (the run's end, before the
+        app's stop: `cancel_in_rounds`); count them once it works."""
         with self._calls_lock:
             orphans, self._orphans = self._orphans, []
+        left = cancel_in_rounds(orphans, rounds)
         for call in orphans:
-            if call.cancel(attempts=1):
+            if call not in left:
                 self.ledger.add(call.request, call.seconds)
-            else:
-                with self._calls_lock:
-                    self._orphans.append(call)
+        with self._calls_lock:
+            self._orphans.extend(left)
 
     def cancel_every_call(self) -> None:
         """
         Cancel every running call (``cancel_jobs``: Ctrl-C), not only Snakemake's
         active jobs (its list leaves out the calls being checked at this moment),
-        and those whose cancel failed before; every waiting job is dropped.
+        and those whose cancel failed before; every waiting job is dropped, and a
+        job admitted while its files upload is never spawned (its `Reservation`
+        cancelled). The calls are tried in `CANCEL_ATTEMPTS` rounds, 1 and 2 s
+        apart (``CANCEL_WAITS_S``), each round once per call still running; where
+        one fails even so, the app's stop at the run's end ends it.
         """
         with self._calls_lock:
             calls = [*self._calls.values(), *self._orphans]
+            starting = list(getattr(self, "_starting", {}).values())
             self._calls, self._orphans, self._waiting = {}, [], {}
+        for reservation in starting:
+            reservation.cancel()
+        cancel_in_rounds(calls, CANCEL_ATTEMPTS)
         for call in calls:
-            call.cancel()  # where it fails even so, the app's stop ends it
             self.ledger.add(call.request, call.seconds)
+
+
+def cancel_in_rounds(calls: list, rounds: int) -> list:
+    """
+    Cancel `calls` (`ContainerCall.cancel`, once per call and round) in `rounds`
+    rounds, ``CANCEL_WAITS_S`` (1, 2 s) apart, each round trying only the calls
+    still running, the last one saying each refusal; never called in the status
+    loop with more than one round. Returns the calls whose cancel failed every
+    time.
+    """
+    left = list(calls)
+    for wait_s in CANCEL_WAITS_S[: max(rounds - 1, 0)]:
+        left = [c for c in left if not c.cancel(warn=False)]
+        if not left:
+            return []
+        time.sleep(wait_s)
+    return [c for c in left if not c.cancel()]  # the last round: a refusal is said

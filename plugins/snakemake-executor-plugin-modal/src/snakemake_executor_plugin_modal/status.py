@@ -7,14 +7,22 @@ a cancel from the run, in an app that Modal says has ended, ends the run's app f
 every call (`Status.app_ended`), while one whose container was lost in an app that
 runs on is its job's failure only (`calls.Outcome.lost`: retried, the others run
 on), as is one past its deadline (`calls.Outcome.past_deadline`).
+
+No round waits on one job: a refused cancel is tried once a round
+(`ContainerCall.cancel`), and a finished job's files come home in a small pool of
+threads (`home_queue.HomeQueue`) whose ends the rounds collect, each job reported
+once its files are home; a round waits for them at most
+`home_queue.ROUND_WAIT_S`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from .app import ended_line
 from .calls import ContainerCall, Outcome
+from .home_queue import ROUND_WAIT_S
 
 __all__ = ["LOG_TAIL_LINES", "Status"]
 
@@ -29,19 +37,27 @@ class Status:
     Reads the executor's state made in ``Executor.__post_init__``: the running calls
     (``_calls``), the jobs waiting for budget (``_waiting``) and the calls whose
     cancel failed (``_orphans``), under ``_calls_lock``; the failed jobs' specs until
-    their files come home (``_failed``: `Homecoming.bring_home_failed`); ``ledger``,
+    their files come home (``_failed``: `Homecoming.bring_home_failed`); the
+    downloads of finished jobs (``home``, a `home_queue.HomeQueue`); ``ledger``,
     ``app``, ``pauses``, ``workdir``; ``_app_ended``, which it sets.
     """
 
     async def poll_active(self, active_jobs):
         """
-        ``check_active_jobs``'s work: yields the jobs still active. Modal's client
-        calls block: they run in threads, not in Snakemake's event loop.
+        ``check_active_jobs``'s work: yields the jobs still active, those whose
+        files are coming home included. Modal's client calls block: they run in
+        threads, not in Snakemake's event loop. Snakemake holds no lock meanwhile
+        (``RemoteExecutor._wait_for_jobs`` takes its ``lock`` only to copy the
+        active jobs before and to add back those yielded after).
         """
         await asyncio.to_thread(self.cancel_orphans)
         await asyncio.to_thread(self.check_budget)
+        homebound = []  # jobs whose files are coming home
         for job_info in active_jobs:
             external_id = job_info.external_jobid
+            if self.home.holds(external_id):
+                homebound.append(job_info)
+                continue
             with self._calls_lock:
                 waiting = self._waiting.get(external_id)
                 call = self._calls.get(external_id)
@@ -62,7 +78,7 @@ class Status:
                     outcome.message = self.ended_with_app()
             else:  # not taken as running: Modal may never give its output
                 outcome = Outcome(False, self.ended_with_app())
-                await asyncio.to_thread(call.cancel, 1)  # if it runs on even so
+                await asyncio.to_thread(call.cancel)  # if it runs on even so
             with self._calls_lock:
                 if self._calls.pop(external_id, None) is None:
                     continue  # cancelled meanwhile (Ctrl-C): counted there
@@ -72,15 +88,45 @@ class Status:
                 self.ledger.add(call.request, call.seconds)
             if call.cancelled and self.ledger.exhausted is not None:
                 outcome.message = self.ledger.exhausted
-            await self.report_outcome(job_info, call, outcome)
+            fetch = lambda j=job_info, ok=outcome.ok: self.fetch_results(j, ok)  # noqa: E731
+            self.home.start(external_id, fetch, (call, outcome))
+            homebound.append(job_info)
+        async for job_info in self.collect_homebound(homebound):
+            yield job_info
 
-    async def report_outcome(self, job_info, call: ContainerCall, outcome) -> None:
-        """Bring a finished job's files home and report its success or failure."""
-        try:
-            await asyncio.to_thread(self.fetch_results, job_info, outcome.ok)
-        except Exception as e:
+    async def collect_homebound(self, homebound: list):
+        """
+        Report the jobs among `homebound` whose files are home (`report_outcome`),
+        each as soon as its download ends, for at most `ROUND_WAIT_S` seconds;
+        yields the others (still active: a later round collects them).
+        """
+        deadline = time.monotonic() + ROUND_WAIT_S
+        while homebound:
+            still = []
+            for job_info in homebound:
+                ended = self.home.collect(job_info.external_jobid)
+                if ended is None:
+                    still.append(job_info)
+                    continue
+                (call, outcome), error = ended
+                self.report_outcome(job_info, call, outcome, error)
+            homebound = still
+            left_s = deadline - time.monotonic()
+            if not homebound or left_s <= 0:
+                break
+            keys = [j.external_jobid for j in homebound]
+            await asyncio.to_thread(self.home.wait_any, keys, left_s)
+        for job_info in homebound:
+            yield job_info
+
+    def report_outcome(
+        self, job_info, call: ContainerCall, outcome, error: BaseException | None
+    ) -> None:
+        """Report a finished job's success or failure once its files came home
+        (`error`: what their download raised, which fails the job)."""
+        if error is not None:
             outcome.ok = False
-            outcome.message = f"could not download the job's files: {e}"
+            outcome.message = f"could not download the job's files: {error}"
         if outcome.ok:
             self.report_job_success(job_info)
             return
