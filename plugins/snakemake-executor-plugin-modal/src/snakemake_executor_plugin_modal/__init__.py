@@ -203,6 +203,15 @@ class ExecutorSettings(ExecutorSettingsBase):
             "unparse_func": _words,
         },
     )
+    keep_on_volume: bool = field(
+        default=False,
+        metadata={
+            "help": "--modal-keep-on-volume: keep a finished job's files on the "
+            "volume once they are home (by default they are deleted from it once "
+            "downloaded and verified, so that the volume stays under Modal's "
+            "50,000 files and directories; a failed job's files always stay).",
+        },
+    )
     sync_seconds: int = field(
         default=30,
         metadata={

@@ -4,6 +4,12 @@ its logs after a failure (`Homecoming.fetch_results`), and, once Snakemake has
 handled a failed job, the outputs its container finished and committed
 (`Homecoming.bring_home_failed`), so that a retry or the next run computes only the
 rest. The budget is checked while files download.
+
+A finished job's files that came home verified leave the volume
+(`VolumeStager.prune`; not with ``--modal-keep-on-volume``): its outputs, their
+reuse markers, its logs, benchmarks and container log. A failed job's stay: its
+retry and the next run reuse what its container finished. The jobs of one status
+round read one listing of the volume (`staging.Listing`).
 """
 
 from __future__ import annotations
@@ -21,22 +27,34 @@ class Homecoming:
     ``workdir``; the failed jobs' specs (``_failed``, set by `Status`).
     """
 
-    def fetch_results(self, job_info, ok: bool) -> None:
+    def fetch_results(self, job_info, ok: bool, listing=None) -> None:
         """
         Download a finished job's files: after success its outputs (all required),
-        logs, benchmarks and container log; after a failure its logs only (Snakemake
-        deletes a failed job's outputs anyway).
+        logs, benchmarks and container log, then prune them from the volume (once
+        home and verified, before Snakemake hears of the success: no job that reads
+        them is submitted before, so none finds them gone); after a failure its
+        logs only (Snakemake deletes a failed job's outputs anyway), which stay.
+
+        Parameters
+        ----------
+        job_info : SubmittedJobInfo
+        ok : bool
+            Whether the job succeeded.
+        listing : staging.Listing, optional
+            The status round's listing of the volume, shared by its jobs.
         """
         spec = job_info.aux["spec"]
-        ticks = self._download_ticks()
+        ticks = {**self._download_ticks(), "listing": listing}
         if ok:
-            self.stager.download(spec["job_outputs"], **ticks)
+            home = self.stager.download(spec["job_outputs"], **ticks)
             others = {rel for rel, _ in spec["outputs"]} - set(spec["job_outputs"])
-            self.stager.download(
+            home += self.stager.download(
                 [*sorted(others), *spec["results"], spec["log"]],
                 missing_ok=True,
                 **ticks,
             )
+            if not self.settings.keep_on_volume:
+                self.stager.prune(home, listing)
         else:
             logs = [relative_to_workdir(f, self.workdir) for f in job_info.job.log]
             self.stager.download([*logs, spec["log"]], missing_ok=True, **ticks)

@@ -10,6 +10,13 @@ sent, and a file is sent again only if its content differs. Downloads list the f
 once and fetch the files in parallel, each written to a temporary name and renamed, so
 a half-downloaded file never looks finished.
 
+The status loop lists the mirror once per round, however many jobs the round
+brings home (:class:`Listing`), and a job's files that came home
+verified leave the volume (:meth:`VolumeStager.prune`): the volume holds what is not
+home yet, so it stays small (Modal's guide "Volumes",
+https://modal.com/docs/guide/volumes: a volume works best with fewer than 50,000
+files and directories, and holds at most 500,000 inodes; `volume_entries_problem`).
+
 The same class serves a workflow's own tools (progress, clean-up):
 :meth:`VolumeStager.files` lists what a run has on the volume,
 :meth:`VolumeStager.remove` deletes files and the markers that let a later run reuse
@@ -32,7 +39,13 @@ from snakemake_interface_common.exceptions import WorkflowError
 
 from .container import DONE, PART
 
-__all__ = ["MANIFEST", "VolumeStager", "default_prefix", "relative_to_workdir"]
+__all__ = [
+    "MANIFEST",
+    "Listing",
+    "VolumeStager",
+    "default_prefix",
+    "relative_to_workdir",
+]
 
 #: The upload manifest, relative to the prefix.
 MANIFEST = ".snakemake/modal/manifest.json"
@@ -93,6 +106,14 @@ class VolumeStager:
         self._manifest: dict[str, str] | None = None
         self._hashes: dict[str, tuple[int, int, str]] = {}
         self._lock = threading.Lock()
+        # files downloaded whole: path -> (bytes, SHA-256) as read from the volume
+        # and written here (`_fetch`); what `prune` may delete from the volume
+        self._verified: dict[str, tuple[int, str]] = {}
+
+    def listing(self, shared: bool = False) -> Listing:
+        """A listing of the whole mirror taken at its first use (`Listing`);
+        ``shared``: a status round's, read by the downloads of all its jobs."""
+        return Listing(self, shared)
 
     def remote_path(self, rel: str) -> str:
         """Path on the volume of the local file ``rel``."""
@@ -175,9 +196,85 @@ class VolumeStager:
                     self.volume.remove_file(e.path)
         with self._lock:  # an upload must send them again
             manifest = self.manifest()
-            if any(manifest.pop(rel, None) is not None for rel in gone):
+            # every one popped (`any` would stop at the first)
+            if [rel for rel in gone if manifest.pop(rel, None) is not None]:
                 self._upload([])
         return gone
+
+    def prune(self, paths: Iterable[str], listing: Listing | None = None) -> list[str]:
+        """
+        Delete from the volume the files of finished jobs that are home and
+        verified, with their reuse markers (``<prefix>/.snakemake/modal/done/
+        <file>@<key>``), so that the volume holds only what is not home yet.
+
+        A file is verified when this stager downloaded it whole (`_fetch`: as many
+        bytes as the volume's listing gives its size, renamed into place only then)
+        and the local file still has that size and SHA-256; any other path is left
+        on the volume. The manifest drops the files first and is written once, then
+        the files go: a run killed in between leaves files the manifest does not
+        know of (sent again when a job needs them), never the manifest naming a file
+        the volume lacks.
+
+        Parameters
+        ----------
+        paths : iterable of str
+            Files relative to the working directory (what `download` returned).
+        listing : Listing, optional
+            The status round's listing, where the markers are found; default: one
+            made here.
+
+        Returns
+        -------
+        list of str
+            The files deleted from the volume, sorted.
+
+        Notes
+        -----
+        Markers are found in the round's listing (not changed here: another
+        job's download may be reading it); the files are deleted in parallel, one
+        ``VolumeRemoveFile`` each (modal 1.6.4, ``_Volume.remove_file``): the work
+        is linear in the paths pruned. Empty folders stay (a few: one per folder
+        of outputs, not per file).
+        """
+        import modal.exception
+
+        todo = []
+        for rel in sorted(set(paths)):
+            known = self._verified.get(rel)
+            try:
+                size = (self.workdir / rel).stat().st_size
+            except FileNotFoundError:
+                continue
+            if known is not None and known == (size, self.content_hash(rel)):
+                todo.append(rel)
+        if not todo:
+            return []
+        _, names = (listing or self.listing()).get()
+        doomed = []
+        for rel in todo:
+            doomed.append(rel)
+            head = f"{DONE}/{rel}@"  # <output>@<key>: a key holds no "@" or "/"
+            i = bisect.bisect_left(names, head)
+            while i < len(names) and names[i].startswith(head):
+                if "/" not in names[i][len(head) :]:
+                    doomed.append(names[i])
+                i += 1
+        with self._lock:  # the manifest first: an upload must send them again
+            manifest = self.manifest()
+            if [rel for rel in todo if manifest.pop(rel, None) is not None]:
+                self._upload([])
+            for rel in todo:
+                self._verified.pop(rel, None)
+
+        def delete(rel: str) -> None:
+            try:
+                self.volume.remove_file(self.remote_path(rel))
+            except (modal.exception.NotFoundError, FileNotFoundError):
+                pass
+
+        with ThreadPoolExecutor(DOWNLOAD_THREADS) as pool:
+            list(pool.map(delete, doomed))
+        return todo
 
     def finished(self, members: list[dict]) -> list[str]:
         """
@@ -332,6 +429,7 @@ class VolumeStager:
         missing_ok: bool = False,
         tick: Callable[[], None] | None = None,
         tick_s: float = 10.0,
+        listing: Listing | None = None,
     ) -> list[str]:
         """
         Fetch files (or whole folders) from the volume into the working directory:
@@ -353,6 +451,10 @@ class VolumeStager:
             Snakemake's status loop, or its lock, waits for this call).
         tick_s : float
             Seconds between calls of `tick`.
+        listing : Listing, optional
+            The status round's listing (`listing`); default: one made here. A path
+            missing from it is looked for once in a new listing (committed after
+            it was taken) before it counts as missing.
 
         Returns
         -------
@@ -369,16 +471,15 @@ class VolumeStager:
             return []
         with self._lock:
             self.manifest()  # downloaded files are recorded in it
-        files = self.files()
-        names = sorted(files)  # a folder's files in one slice: linear in the paths
+        listing = listing or self.listing()
+        files, names = listing.get()  # names sorted: a folder's files in one slice
         todo = {}
         for rel in paths:
-            below = [rel] if rel in files else []
-            inside = rel.rstrip("/") + "/"
-            i = bisect.bisect_left(names, inside)
-            while i < len(names) and names[i].startswith(inside):
-                below.append(names[i])
-                i += 1
+            below = _below(rel, files, names)
+            if not below and not missing_ok and listing.shared:
+                listing = self.listing()  # committed after the round's listing
+                files, names = listing.get()
+                below = _below(rel, files, names)
             if not below:
                 if missing_ok:
                     continue
@@ -413,11 +514,20 @@ class VolumeStager:
         local.parent.mkdir(parents=True, exist_ok=True)
         part = local.with_name(f".{local.name}.modal-part")
         digest = hashlib.sha256()
+        size = 0
         try:
             with open(part, "wb") as out:
                 for chunk in self.volume.read_file(entry.path):
                     out.write(chunk)
                     digest.update(chunk)
+                    size += len(chunk)
+            # the listing's size in bytes (``FileEntry.size``, modal/types.py)
+            expected = getattr(entry, "size", None)
+            if expected is not None and size != expected:
+                raise WorkflowError(
+                    f"{frel}: {size} bytes came from the Modal volume, its listing "
+                    f"says {expected}: the download is incomplete; run again"
+                )
             mtime = int(entry.mtime)
             os.utime(part, (mtime, mtime))
             os.replace(part, local)
@@ -427,6 +537,52 @@ class VolumeStager:
         with self._lock:
             self._hashes[frel] = (st.st_size, st.st_mtime_ns, digest.hexdigest())
             self._manifest[frel] = digest.hexdigest()
+            self._verified[frel] = (size, digest.hexdigest())
+
+
+class Listing:
+    """
+    One listing of the whole mirror (`VolumeStager.files`), taken at the first
+    `get` and then shared: the status loop makes one per round, once it has seen
+    the round's calls end (what their containers committed is in it), and every
+    job the round brings home reads it, so that a round costs one listing, linear
+    in the volume's entries, however many jobs it ends (not one or two per job:
+    jobs x entries over a run).
+
+    Parameters
+    ----------
+    stager : VolumeStager
+    shared : bool
+        Made for a round (a path missing from it is looked for again in a new
+        listing: `VolumeStager.download`).
+    """
+
+    def __init__(self, stager: VolumeStager, shared: bool = False):
+        self.stager = stager
+        self.shared = shared
+        self._lock = threading.Lock()
+        self._got: tuple[dict[str, object], list[str]] | None = None
+
+    def get(self) -> tuple[dict[str, object], list[str]]:
+        """The listing (path -> ``FileEntry``) and its paths sorted; listed at the
+        first call, by one thread while the others wait."""
+        with self._lock:
+            if self._got is None:
+                files = self.stager.files()
+                self._got = (files, sorted(files))
+            return self._got
+
+
+def _below(rel: str, files: dict, names: list[str]) -> list[str]:
+    """The listed files of a path: itself, or those inside the folder (`names`:
+    the listing's paths, sorted; one slice, found by bisection)."""
+    below = [rel] if rel in files else []
+    inside = rel.rstrip("/") + "/"
+    i = bisect.bisect_left(names, inside)
+    while i < len(names) and names[i].startswith(inside):
+        below.append(names[i])
+        i += 1
+    return below
 
 
 def _is_part(path: str) -> bool:

@@ -53,6 +53,9 @@ class Status:
         await asyncio.to_thread(self.cancel_orphans)
         await asyncio.to_thread(self.check_budget)
         homebound = []  # jobs whose files are coming home
+        # the jobs this round ends read one listing of the volume (taken at the
+        # first download, once the loop has seen them all end: `staging.Listing`)
+        listing, ended = self.stager.listing(shared=True), []
         for job_info in active_jobs:
             external_id = job_info.external_jobid
             if self.home.holds(external_id):
@@ -88,9 +91,11 @@ class Status:
                 self.ledger.add(call.request, call.seconds)
             if call.cancelled and self.ledger.exhausted is not None:
                 outcome.message = self.ledger.exhausted
-            fetch = lambda j=job_info, ok=outcome.ok: self.fetch_results(j, ok)  # noqa: E731
-            self.home.start(external_id, fetch, (call, outcome))
+            fetch = lambda j=job_info, ok=outcome.ok: self.fetch_results(j, ok, listing)  # noqa: E731
+            ended.append((external_id, fetch, (call, outcome)))
             homebound.append(job_info)
+        for started in ended:  # after the loop: the listing holds all they wrote
+            self.home.start(*started)
         async for job_info in self.collect_homebound(homebound):
             yield job_info
 
