@@ -166,3 +166,37 @@ def test_listings_per_round_do_not_grow_with_jobs_or_entries(
     }
     assert len([f for f in left if f.startswith("old/")]) == OLD_ENTRIES
     assert list((work / ".snakemake" / "modal").glob("*.log"))  # container logs home
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("entries", "said"),
+    [(50_000, None), (50_001, "warn"), (499_999, "warn"), (500_000, "refuse")],
+)
+def test_the_dry_run_warns_past_50000_entries_and_refuses_from_500000(entries, said):
+    """`volume_entries_problem`: Modal's guide's two numbers, each line naming the
+    count, the limit and the page."""
+    from snakemake_executor_plugin_modal.volume_limits import volume_entries_problem
+
+    problem = volume_entries_problem(entries)
+    if said is None:
+        assert problem is None
+        return
+    kind, line = problem
+    assert kind == said
+    assert f"{entries:,} entries" in line
+    assert ("500,000 inodes" if said == "refuse" else "50,000 files") in line
+    assert "https://modal.com/docs/guide/volumes" in line
+
+
+@pytest.mark.timeout(10)
+def test_entries_count_files_and_the_folders_above_them():
+    """`entries_of`: 40,000 per-image files in 4 folders of 2 levels, each with its
+    reuse marker: 80,000 files and 2 x (1 + 2 + 4) folders plus the root."""
+    from snakemake_executor_plugin_modal.volume_limits import entries_of
+
+    outputs = [f"runs/e{i % 2}/a{i % 4}/img{i:05d}.pt" for i in range(40_000)]
+    markers = [f"{DONE}/{rel}@{KEY}" for rel in outputs]
+    assert entries_of(outputs) == 40_000 + 1 + 1 + 2 + 4  # root, runs, e*, a*
+    folders_of_markers = len({".snakemake", ".snakemake/modal", DONE}) + 1 + 2 + 4
+    assert entries_of([*outputs, *markers]) == 80_000 + 8 + folders_of_markers
