@@ -13,7 +13,6 @@ passes them to jobs, logs or the volume.
 """
 
 import math
-import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from .earlier import EARLIER_APPS, meet_earlier_apps, run_app_name
 from .home_queue import HomeQueue
 from .homecoming import Homecoming
 from .image import container_image
-from .jobspec import JobSpecs
+from .jobspec import JobSpecs, command_piece
 from .ledger import Ledger
 from .limits import DEADLINE_MARGIN_S, MAX_TIMEOUT_S, STARTUP_S
 from .prices import ContainerRequest, GpuRequest, parse_gpu
@@ -59,7 +58,6 @@ from .submission import Submission
 
 __all__ = ["Executor", "ExecutorSettings", "common_settings"]
 
-_DIRECTORY_ARG = re.compile(r"--directory (?:'[^']*'|\"[^\"]*\"|\S+)")
 #: Environment variables never passed to a job, whatever ``--envvars`` says.
 SECRET_ENVVARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
 
@@ -445,9 +443,9 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
         # does not apply: there is none (implies_no_shared_fs)
         args = RealExecutor.get_job_args(self, job, cores=max(1, math.ceil(cpus(job))))
         encoded = encode_target_jobs_cli_args(job.get_target_spec())
-        return args.replace(
-            format_cli_arg("--target-jobs", encoded), f"--target-jobs {TARGETS}"
-        )
+        # Snakemake's own piece, formatted by its own function (`command_piece`)
+        targets = format_cli_arg("--target-jobs", encoded)
+        return command_piece(args, targets, f"--target-jobs {TARGETS}", "the jobs")
 
     def additional_general_args(self):
         # one failing job of a group (one image of a shard) does not stop the others
@@ -457,9 +455,19 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
         """
         Snakemake's command for the job, without ``--directory``: the container runs it
         in its own copy of the working directory, and the local path does not exist
-        there.
+        there. Snakemake adds it to the general arguments, formatted by
+        ``format_cli_arg("--directory", workflow.overwrite_workdir)``, where
+        ``--directory`` was given and the working directory is not shared
+        (``SpawnedJobArgsFactory.general_args``, ``snakemake/spawn_jobs.py``; never
+        shared here: ``implies_no_shared_fs``); that same piece is left out
+        (`jobspec.command_piece`, which fails in one line where it is not there).
         """
-        return _DIRECTORY_ARG.sub("", super().format_job_exec(job))
+        command = super().format_job_exec(job)
+        workdir = self.workflow.overwrite_workdir
+        if workdir is None or self.workflow.storage_settings.assume_common_workdir:
+            return command
+        piece = format_cli_arg("--directory", workdir)
+        return command_piece(command, piece, "", "--directory")
 
     # -- the job, read from its resources ----------------------------------------
 

@@ -2,7 +2,9 @@
 What the container is handed for one job (`JobSpecs.spec`: the argument of
 :func:`~snakemake_executor_plugin_modal.container.run_job`): the files to stage (the
 workflow's sources and the job's inputs), Snakemake's command, the outputs to sync
-and bring home, and each job's reuse key (`JobSpecs.keys`).
+and bring home, and each job's reuse key (`JobSpecs.keys`); and Snakemake's job
+command made fit for the container (`command_piece`): its ``--directory`` left out,
+its ``--target-jobs`` left to the container.
 """
 
 from __future__ import annotations
@@ -19,9 +21,59 @@ from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_ar
 from . import limits
 from .container import JOB_LOG
 from .resources import benchmarks, members
+from .snakemake_reads import TESTED, snakemake_version
 from .staging import VolumeStager, relative_to_workdir
 
-__all__ = ["JobSpecs", "config_files"]
+__all__ = ["JobSpecs", "command_piece", "config_files"]
+
+
+def command_piece(command: str, piece: str, by: str, what: str) -> str:
+    """
+    Replace one argument of Snakemake's job command, found as Snakemake wrote it.
+
+    Snakemake builds the command as ``join_cli_args`` of its pieces (one space
+    between the non-empty ones: ``RealExecutor.format_job_exec`` and
+    ``get_job_args`` in ``snakemake_interface_executor_plugins/executors/real.py``,
+    ``SpawnedJobArgsFactory.general_args`` in ``snakemake/spawn_jobs.py``), each
+    argument formatted by ``format_cli_arg(flag, value)``; the caller formats
+    `piece` with that same function and the same value, so it is found whole,
+    bounded by spaces, and exactly once. No pattern guesses at quoting.
+
+    Parameters
+    ----------
+    command : str
+        The command, or its job arguments.
+    piece : str
+        The argument as Snakemake formats it, e.g. ``format_cli_arg("--directory",
+        workflow.overwrite_workdir)``.
+    by : str
+        What stands in its place ("" to leave it out).
+    what : str
+        What the piece is, for the error.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    WorkflowError
+        One line naming the Snakemake version where `piece` is not in `command`
+        exactly once: Snakemake changed the command's shape.
+    """
+    words, bounded = f" {command} ", f" {piece} "
+    at, found = words.find(bounded), 0
+    while at >= 0:  # overlapping too: two pieces side by side share a space
+        found += 1
+        at = words.find(bounded, at + 1)
+    if found != 1:
+        raise WorkflowError(
+            f"Modal: Snakemake {snakemake_version()}'s job command holds {what} "
+            f"({piece!r}) {found} times, not once as the plugin reads it (tested "
+            f"with Snakemake {TESTED}): run it with one of those"
+        )
+    replaced = words.replace(bounded, f" {by} " if by else " ")
+    return replaced[1:-1]
 
 
 class JobSpecs:

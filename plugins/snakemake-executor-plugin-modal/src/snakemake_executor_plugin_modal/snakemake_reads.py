@@ -36,6 +36,9 @@ SNAKEMAKE_READS: dict[str, str] = {
     "workflow.config": "the files the config names, staged for every job",
     "workflow.storage_settings": "the default storage provider, refused",
     "workflow.storage_settings.default_storage_provider": "a storage provider, refused",
+    "workflow.storage_settings.assume_common_workdir": "whether Snakemake put "
+    "--directory in the job's command",
+    "workflow.overwrite_workdir": "--directory, left out of the job's command",
     "job.resources": "CPUs, memory, GPUs, runtime and budget of the container",
     "job.threads": "the container's CPUs and Snakemake's --cores there",
     "job.input": "the files staged for the job, and its reuse key",
