@@ -361,11 +361,13 @@ def process_group(nodeid: str) -> str:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
     """
-    ``-n auto``: a process per core, and one more for the SLURM unit
-    (`process_group`), whose process mostly waits for the cluster's jobs (the suite
-    on 2 cores used 1.2 of them with 2 processes, 2026-12-03).
+    ``-n auto``: a process per core, and two more: the SLURM unit
+    (`process_group`) mostly waits for the cluster's jobs, and the Modal tests for
+    their containers' timeouts and retries (the suite on 2 cores used 1.2 of them
+    with 2 processes, 2026-12-03; 1.3 with 3, 2026-12-06: 16 min 41 s alone; with 4,
+    each process busy 907-923 s, 15 min 43 s beside two other developers' tests).
     """
-    return (os.cpu_count() or 1) + 1
+    return (os.cpu_count() or 1) + 2
 
 
 @pytest.hookimpl(optionalhook=True)

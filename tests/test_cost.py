@@ -355,3 +355,29 @@ def test_a_dry_run_reads_the_timings_once(monkeypatch, executor):
     # a reading each (a fresh Run each time): the same lines
     assert estimate.estimate_text(None, new_run(), planned) == once
     assert len(reads) == 2
+
+
+@pytest.mark.parametrize(
+    ("images_left", "startups", "expected"),
+    [
+        (24_000, 10, None),  # 48,030 entries: under 50,000
+        (25_000, 10, "warn"),  # 50,030
+        (249_000, 10, "warn"),  # 498,030
+        (250_000, 10, "refuse"),  # 500,030: at least the 500,000 inodes
+    ],
+)
+def test_the_volume_entries_a_run_may_leave_are_warned_of_and_refused(
+    images_left, startups, expected
+):
+    """Each per-image file and its reuse marker (2 per image) and a shard's log,
+    container log and benchmark (3 per shard) against Modal's 50,000 files and
+    500,000 inodes (the plugin's volume_limits, Modal's guide 'Volumes')."""
+    from multigeom_workflow.on_modal.preflight import volume_entries, volume_problem
+
+    e = CostEstimate(images_left, 1, 2.0, "given", startups, 3.0, "given")
+    assert volume_entries(e) == 2 * images_left + 3 * startups
+    said = volume_problem(e)
+    assert (said and said[0]) == expected
+    if said:
+        assert f"{2 * images_left + 3 * startups:,} entries" in said[1]
+        assert "https://modal.com/docs/guide/volumes" in said[1]

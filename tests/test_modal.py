@@ -86,6 +86,10 @@ def modal_run(tiny_run, tmp_path_factory):
     cmd += ["--configfile", str(config), str(modal_config), "--cores", "2"]
     cmd += ["--jobs", "3", "--modal-volume", "wf-test"]
     cmd += ["--envvars", "MODAL_TOKEN_SECRET"]
+    # finished files stay on the volume once home (by default they leave it: the
+    # plugin's tests/test_volume_size.py), as a researcher who reads progress on the
+    # volume from another machine keeps them; the rerun below reuses them
+    cmd += ["--modal-keep-on-volume"]
     with local_modal(root, token_secret=SECRET) as server:
         assert os.environ["MODAL_TOKEN_SECRET"] == SECRET
         dry = subprocess.run([*cmd, "-n"], cwd=work, capture_output=True, text=True)
@@ -167,7 +171,7 @@ def test_one_container_per_shard_with_the_configs_gpu(modal_run):
     assert any("snakemake==" in line for line in pip), pip
 
 
-def test_finished_files_are_on_the_volume(modal_run):
+def test_finished_files_kept_on_the_volume_are_those_home(modal_run):
     work, server, result, _ = modal_run
     assert result.returncode == 0, result.stderr[-5000:]
     volume = server.state.volume("wf-test").folder / default_prefix(work)
@@ -225,6 +229,7 @@ def test_a_rerun_reuses_the_files_on_the_volume(modal_run):
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/modal"]
     cmd += ["--configfile", config, "--cores", "2", "--jobs", "3"]
     cmd += ["--modal-volume", "wf-test", "--until", "estimate_image"]
+    cmd += ["--modal-keep-on-volume"]  # as the first run: progress read there below
     rerun = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-5000:]
     calls = spawned(server)

@@ -340,6 +340,10 @@ def test_a_container_lost_mid_shard_fails_its_job_only_and_the_retry_completes_i
         "1",
         "--retries",
         "1",
+        # the files stay on the volume once home, so that what each container
+        # committed is compared with what came home (tests/test_volume_size.py:
+        # by default they leave it)
+        "--modal-keep-on-volume",
         "--config",
         f"counts={ran}",
         "sleep=12",

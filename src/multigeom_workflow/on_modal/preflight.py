@@ -6,19 +6,21 @@ before Snakemake's ``onstart``), in a dry run it is printed as warnings.
 The plugin's own refusals (no credentials, an unknown GPU type, a Python or a local
 package its image cannot hold: ``snakemake_executor_plugin_modal.preflight``) are joined
 with the workflow's: a folder of test images (a container holds only its shard's
-images), and the estimated cost of the work left above ``modal.max_cost_usd`` (or a GPU
-without a price).
+images), the estimated cost of the work left above ``modal.max_cost_usd`` (or a GPU
+without a price), and the entries a run may leave on the volume (a warning past the
+50,000 under which Modal says a volume works best, a refusal from its 500,000 inodes).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 
 from ..planning.cost import CostEstimate, budget_problem
 from ..scenario import Scenario
 
-__all__ = ["before_modal_run", "modal_run_problems"]
+__all__ = ["before_modal_run", "modal_run_problems", "volume_entries", "volume_problem"]
 
 
 def modal_run_problems(
@@ -61,10 +63,35 @@ def modal_run_problems(
             "on Modal (a container holds only its shard's images, so the folder's "
             "order cannot be read there); use tinyimagenet or demo, or run locally"
         )
-    budget = budget_problem(modal_estimate(), scenario.modal["max_cost_usd"])
+    estimate = modal_estimate()
+    budget = budget_problem(estimate, scenario.modal["max_cost_usd"])
     if budget:
         problems.append(budget)
+    volume = volume_problem(estimate)
+    if volume and volume[0] == "refuse":
+        problems.append(f"config error: {volume[1]}")
     return problems
+
+
+def volume_entries(estimate: CostEstimate) -> int:
+    """
+    The most entries (files and folders) a run leaves on the Modal volume when its
+    jobs fail (a finished shard's files leave it once home): each per-image file left
+    and its reuse marker (2 per image), and a shard's log, container log and
+    benchmark (3 per shard start); the few folders above them are not counted.
+    """
+    return 2 * estimate.images_left + 3 * estimate.startups
+
+
+def volume_problem(estimate: CostEstimate) -> tuple[str, str] | None:
+    """
+    ``("warn", line)`` past the 50,000 entries under which Modal says a volume works
+    best, ``("refuse", line)`` from its 500,000 inodes, else None: the plugin's
+    ``volume_limits.volume_entries_problem`` on :func:`volume_entries`.
+    """
+    from snakemake_executor_plugin_modal.volume_limits import volume_entries_problem
+
+    return volume_entries_problem(volume_entries(estimate))
 
 
 def before_modal_run(
@@ -97,7 +124,14 @@ def before_modal_run(
     """
     if remote:
         return
+    from snakemake_executor_plugin_modal.preflight import requested_settings
+
+    modal_estimate = functools.cache(modal_estimate)  # made once, read twice
     problems = modal_run_problems(scenario, modal_estimate)
+    if requested_settings() is not None:
+        volume = volume_problem(modal_estimate())
+        if volume and volume[0] == "warn":
+            print(f"warning: {volume[1]}", file=sys.stderr)
     if not problems:
         return
     if dryrun:

@@ -80,6 +80,9 @@ def volume_progress(
     """
     Per configuration (encoder, area): (per-image files on the volume, first n_images
     images), as :func:`multigeom_workflow.planning.plan.progress` counts local files.
+    A finished shard's files leave the volume once home (the Modal plugin's pruning;
+    ``--modal-keep-on-volume`` keeps them): without that setting this counts the
+    files committed and not home yet, those the next run takes from the volume.
     """
     on_volume = volume_files(volume_name, prefix, f"{scenario.runs_dir}/per_image")
     out = {}
