@@ -317,9 +317,15 @@ def test_ctrl_c_cancels_running_containers(modal_server, tmp_path):
     deadline = time.monotonic() + 60
     while not _sleeping("sleep 97") and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _sleeping("sleep 97"), "the container never started"
+    if not _sleeping("sleep 97"):
+        proc.kill()
+        pytest.fail(f"the container never started: {proc.communicate()[0][-3000:]}")
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # no Snakemake left behind the failed test
+        proc.kill()
+        raise
     assert proc.returncode != 0
     deadline = time.monotonic() + 10
     while _sleeping("sleep 97") and time.monotonic() < deadline:

@@ -317,3 +317,15 @@ def test_a_job_admitted_during_a_cancel_is_never_spawned(tmp_path, monkeypatch):
     assert not any(e[1] == "spawn" for e in events)
     assert ex._starting == {} and ex._calls == {}
     ex.home.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_round_before_the_stager_exists_reads_nothing_of_it(tmp_path):
+    """Snakemake's status thread runs from the executor's start, while the image is
+    built and before ``__post_init__`` has made the stager: a round then has no job
+    and must not read it (it did: AttributeError 'stager', the status thread died
+    and the scheduler waited for ever)."""
+    ex = _executor(tmp_path)
+    del ex.stager
+    still, seconds = _round(ex, [])
+    assert still == [] and ex.reported == [] and seconds < 1.0

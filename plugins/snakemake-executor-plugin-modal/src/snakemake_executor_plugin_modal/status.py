@@ -52,6 +52,11 @@ class Status:
         """
         await asyncio.to_thread(self.cancel_orphans)
         await asyncio.to_thread(self.check_budget)
+        if not active_jobs:
+            # Snakemake's status thread runs from the executor's start, while the
+            # image is built: the stager (made there) may not be there yet, and no
+            # job is (a job is submitted once the executor has started)
+            return
         homebound = []  # jobs whose files are coming home
         # the jobs this round ends read one listing of the volume (taken at the
         # first download, once the loop has seen them all end: `staging.Listing`)
