@@ -77,3 +77,25 @@ def test_oauth_credentials_modal_refuses_are_named_as_such(
     assert "modal token new" not in lines[0]
     assert spawned(modal_server) == []
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_no_credential_of_modal_reaches_a_job_whatever_envvars_says(monkeypatch):
+    """Modal's token and its OAuth settings (a refresh token, a client secret, a JWT
+    key: modal/config.py) are left out of the secret the containers get, even when
+    named in ``--envvars``; another variable named there is passed."""
+
+    from snakemake_executor_plugin_modal import SECRET_ENVVARS, Executor
+
+    named = {
+        "MODAL_TOKEN_ID": "ak-1",
+        "MODAL_TOKEN_SECRET": "as-1",
+        "MODAL_OAUTH_REFRESH_TOKEN": "rt",
+        "MODAL_OAUTH_CLIENT_ID": "ci",
+        "MODAL_OAUTH_CLIENT_SECRET": "cs",
+        "MODAL_OAUTH_JWT_KEY": "jk",
+        "MY_SETTING": "kept",
+    }
+    ex = Executor.__new__(Executor)
+    ex.envvars = lambda: dict(named)
+    assert set(SECRET_ENVVARS) == set(named) - {"MY_SETTING"}
+    assert ex.job_env() == {"MY_SETTING": "kept"}

@@ -58,8 +58,13 @@ from .submission import Submission
 
 __all__ = ["Executor", "ExecutorSettings", "common_settings"]
 
-#: Environment variables never passed to a job, whatever ``--envvars`` says.
-SECRET_ENVVARS = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
+#: Environment variables never passed to a job, whatever ``--envvars`` says: Modal's
+#: credentials, its token and its OAuth settings (`preflight.OAUTH_SETTINGS`).
+SECRET_ENVVARS = (
+    "MODAL_TOKEN_ID",
+    "MODAL_TOKEN_SECRET",
+    *preflight.OAUTH_SETTINGS.values(),
+)
 
 
 def _words(value) -> list[str]:
@@ -477,7 +482,8 @@ class Executor(Submission, Status, Cancellation, Homecoming, RemoteExecutor):
 
     def job_env(self) -> dict[str, str]:
         """
-        Environment variables declared with ``--envvars``, Modal's token left out;
+        Environment variables declared with ``--envvars``, Modal's credentials
+        (`SECRET_ENVVARS`: its token, its OAuth settings) left out;
         they reach the containers as a Modal secret (``modal.Secret.from_dict``), not
         as arguments of the call.
         """
