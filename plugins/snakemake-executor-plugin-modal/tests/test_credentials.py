@@ -79,11 +79,10 @@ def test_oauth_credentials_modal_refuses_are_named_as_such(
     assert not (tmp_path / "out.txt").exists()
 
 
-def test_no_credential_of_modal_reaches_a_job_whatever_envvars_says(monkeypatch):
+def test_no_credential_of_modal_reaches_a_job_whatever_envvars_says():
     """Modal's token and its OAuth settings (a refresh token, a client secret, a JWT
     key: modal/config.py) are left out of the secret the containers get, even when
     named in ``--envvars``; another variable named there is passed."""
-
     from snakemake_executor_plugin_modal import SECRET_ENVVARS, Executor
 
     named = {
