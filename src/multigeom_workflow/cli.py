@@ -161,7 +161,10 @@ def cmd_progress(scenario: Scenario, args) -> int:
         prefix = args.modal_volume_prefix or default_prefix()
         done = volume_progress(scenario, args.modal_volume, prefix)
         print(f"on Modal volume {args.modal_volume!r}, folder {prefix!r}:")
-        print("(finished there; the next run with the same settings reuses them)")
+        print(
+            "(finished there and not home yet; the next run with the same settings "
+            "reuses them)"
+        )
     else:
         done, ceiling, planned = planned_progress(args)
         # Files Snakemake will not recompute but that are bad (written after the

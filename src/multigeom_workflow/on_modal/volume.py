@@ -8,7 +8,9 @@ absolute path), so the per-image file ``runs/per_image/onoff/V1/img0000.pt`` is
 ``<prefix>/runs/per_image/onoff/V1/img0000.pt`` there. Containers commit finished
 per-image files while they run (every ``--modal-sync-seconds``), so counting them
 shows the progress of a running shard; a file there is reused (not recomputed) by the
-next run whose job has the same inputs and settings, which then downloads it.
+next run whose job has the same inputs and settings, which then downloads it. A
+finished shard's files leave the volume once home (the plugin's pruning, unless
+``--modal-keep-on-volume``): what is counted there is what is not home yet.
 
 The listing and the deletion are the plugin's (``VolumeStager.files`` and
 ``VolumeStager.remove``): one home for the volume's layout.
