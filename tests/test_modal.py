@@ -315,9 +315,10 @@ def test_modal_check_on_the_local_server(modal_server, dropping_peer, tmp_path):
     (call,) = spawned(modal_server)
     (function,) = functions_of(modal_server, [call])
     # the plugin's container entry (pickled by reference to its module), on the
-    # fallback list's own function; 0.25 USD at the dearest type's price (L4,
-    # 0.000222 USD/s) buys 1126 s at most: 120 s of start-up (startup_timeout) and
-    # 1006 s of timeout
+    # fallback list's own function; 0.25 USD at the container's price (the dearest
+    # type, L4, 0.000222 USD/s, with one core at 0.0000131 and 128 MiB at 0.00000222
+    # per GiB: 0.00023538 USD/s) buys 1062 s at most: 120 s of start-up
+    # (startup_timeout) and 942 s of timeout
     assert b"snakemake_executor_plugin_modal.container" in (
         function.definition.function_serialized
     )
@@ -325,7 +326,7 @@ def test_modal_check_on_the_local_server(modal_server, dropping_peer, tmp_path):
         "GENERIC_STATUS_SUCCESS"
     )
     assert call["gpus"] == ["L4:1", "T4:1"]
-    assert (call["timeout"], call["startup_timeout"]) == (1006, 120)
+    assert (call["timeout"], call["startup_timeout"]) == (942, 120)
     assert "python -m snakemake" in call["args"][0]["command"]
     # the check's files are gone from the volume, the app stopped
     folder = modal_server.state.volume("multigeom-fig4de").folder
@@ -480,20 +481,28 @@ def test_modal_check_gives_up_on_a_call_at_its_deadline():
 
 @pytest.mark.parametrize("cap_usd", [0.25, 1.0])
 def test_modal_check_cap_holds_its_start_up_and_timeout(cap_usd):
-    """`modal-check`'s cap is hard: what Modal may bill, the GPU's price x (the
-    start-up declared as ``startup_timeout`` + the timeout), fits in it, as the
-    plugin's ledger counts a call's worst case (A100-80GB, the paper's GPU)."""
+    """`modal-check`'s cap is hard: what Modal may bill, the container's price (its
+    GPU, the one core it asks and Modal's default memory) x (the start-up declared
+    as ``startup_timeout`` + the timeout), fits in it, as the plugin's ledger counts
+    a call's worst case (A100-80GB, the paper's GPU). The GPU alone would buy more
+    seconds than the cap holds (a newcomer found 0.2547 USD for 0.25)."""
     from snakemake_executor_plugin_modal.calls import STARTUP_S, Ledger
-    from snakemake_executor_plugin_modal.prices import parse_gpu
+    from snakemake_executor_plugin_modal.prices import ContainerRequest, parse_gpu
 
-    from multigeom_workflow.on_modal.check import check_timeout
+    from multigeom_workflow.on_modal.check import CHECK_CPU, check_gpu, check_timeout
 
-    gpu = parse_gpu("A100-80GB")
-    timeout_s = check_timeout(cap_usd, gpu.usd_per_second, STARTUP_S)
+    gpu, usd_per_s = check_gpu("A100-80GB")
+    container = ContainerRequest(parse_gpu("A100-80GB"), cpu=CHECK_CPU)
+    # the GPU, one core and 128 MiB at Modal's rates (prices.py)
+    assert usd_per_s == pytest.approx(
+        gpu.usd_per_second + 1 * 0.0000131 + 0.125 * 0.00000222
+    )
+    timeout_s = check_timeout(cap_usd, usd_per_s, STARTUP_S)
     ledger = Ledger()
     assert ledger.startup_s == STARTUP_S
-    assert ledger.worst_case(gpu, timeout_s) <= cap_usd
-    assert ledger.worst_case(gpu, timeout_s + 1) > cap_usd
+    assert ledger.worst_case(container, timeout_s) <= cap_usd
+    assert ledger.worst_case(container, timeout_s + 1) > cap_usd
+    assert ledger.worst_case(container, timeout_s) > ledger.worst_case(gpu, timeout_s)
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,8 @@ rule probe:
 CHECK_LOG = ".snakemake/modal/modal-check.log"
 #: Shortest container time a cost cap must buy, seconds.
 MIN_SECONDS = 60
+#: Cores the check's container asks (``cpu=``); its memory is Modal's default.
+CHECK_CPU = 1.0
 
 
 def here_name() -> Path:
@@ -72,7 +74,9 @@ def here_name() -> Path:
 def check_gpu(spec: str):
     """
     The plugin's GPU request for ``modal.gpu`` (a type, a count, or a fallback list)
-    and the price that bounds it (its dearest type), USD per second.
+    and the price that bounds the check's container, USD per second: its dearest
+    type's, with the `CHECK_CPU` cores and Modal's default memory it also bills
+    (the plugin's ``prices.ContainerRequest``).
 
     Raises
     ------
@@ -81,31 +85,32 @@ def check_gpu(spec: str):
         ``preflight.gpu_problem``).
     """
     from snakemake_executor_plugin_modal.preflight import gpu_problem
-    from snakemake_executor_plugin_modal.prices import parse_gpu
+    from snakemake_executor_plugin_modal.prices import ContainerRequest, parse_gpu
 
     problem = gpu_problem(spec, "config key 'modal.gpu'")
     if problem:
         raise ValueError(problem)
     request = parse_gpu(spec)
-    return request, request.usd_per_second
+    return request, ContainerRequest(request, cpu=CHECK_CPU).usd_per_second
 
 
 def check_timeout(max_cost_usd: float, usd_per_s: float, startup_s: float) -> int:
     """
     The check's container timeout, seconds: the most that keeps its worst case, the
-    GPU's price x (timeout + start-up), within the cap. Modal bills a container from
-    its start, its start-up included, and the function is declared with both a
-    ``startup_timeout`` ("Maximum startup time in seconds with higher precedence
-    than `timeout`", ``App.function``'s docstring, ``modal/app.py``, modal 1.6.4)
-    and a ``timeout``, so the bill is at most price x (startup_timeout + timeout):
-    the plugin's ledger counts the same worst case (``Ledger.worst_case``).
+    container's price (GPU, cores, memory) x (timeout + start-up), within the cap. Modal
+    bills a container from its start, its start-up included, and the function is
+    declared with both a ``startup_timeout`` ("Maximum startup time in seconds with
+    higher precedence than `timeout`", ``App.function``'s docstring, ``modal/app.py``,
+    modal 1.6.4) and a ``timeout``, so the bill is at most price x (startup_timeout +
+    timeout): the plugin's ledger counts the same worst case (``Ledger.worst_case``).
 
     Parameters
     ----------
     max_cost_usd : float
         The hard cap, USD (``--max-cost-usd``).
     usd_per_s : float
-        The GPU's price (the dearest type of a fallback list), USD per second.
+        The container's price (`check_gpu`: the dearest GPU type of a fallback
+        list, its cores and memory), USD per second.
     startup_s : float
         The start-up declared to Modal (the plugin's ``STARTUP_S``), seconds.
 
@@ -207,6 +212,7 @@ def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> 
         start_error,
     )
     from snakemake_executor_plugin_modal.image import container_image
+    from snakemake_executor_plugin_modal.prices import ContainerRequest
     from snakemake_executor_plugin_modal.staging import VolumeStager
     from snakemake_interface_common.exceptions import WorkflowError
 
@@ -262,7 +268,12 @@ def _run(work, profile, local, volume_name, gpu, usd_per_s, timeout_s, args) -> 
     }
     spawned_at = time.time()
     try:
-        call = ContainerCall(app.spawn(spec, gpu, 1.0, None, timeout_s), gpu, timeout_s)
+        call = ContainerCall(
+            app.spawn(spec, gpu, CHECK_CPU, None, timeout_s),
+            gpu,
+            timeout_s,
+            request=ContainerRequest(gpu, cpu=CHECK_CPU),
+        )
         deadline_s = timeout_s + STARTUP_S + DEADLINE_MARGIN_S
         outcome = wait_for_call(call, deadline_s)
         app_id = app.app_id
