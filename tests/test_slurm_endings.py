@@ -241,7 +241,10 @@ def test_a_requeued_shard_keeps_what_it_finished(tiny_run, tmp_path):
     job = shard.wait_for_two_images(1)
     subprocess.run(["scontrol", "requeue", job], check=True)
     requeued_start_now(job)
-    assert shard.wait_for_two_images(2) == job
+    again = shard.wait_for_two_images(2)
+    # the same job id run again, no second job (seen once in 6 runs on 2026-12-06:
+    # a job 185 beside the requeued 184): the jobs and the run's output if not
+    assert again == job, (job, jobs_since(shard.first, shard.work), shard.stop())
     subprocess.run(
         ["scontrol", "update", "nodename=localhost", "state=down", "reason=test"],
         check=True,
