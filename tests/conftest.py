@@ -365,7 +365,8 @@ def pytest_xdist_auto_num_workers(config):
     (`process_group`) mostly waits for the cluster's jobs, and the Modal tests for
     their containers' timeouts and retries (the suite on 2 cores used 1.2 of them
     with 2 processes, 2026-12-03; 1.3 with 3, 2026-12-06: 16 min 41 s alone; with 4,
-    each process busy 907-923 s, 15 min 43 s beside two other developers' tests).
+    each process busy 907-923 s, 15 min 43 s beside two other developers' tests,
+    and 14 min 18 s alone in CI's run, 2026-12-06: docs/measurements.md).
     """
     return (os.cpu_count() or 1) + 2
 
