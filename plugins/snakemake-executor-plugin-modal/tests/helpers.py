@@ -148,3 +148,27 @@ def spawned(server) -> list[dict]:
             }
         )
     return records
+
+
+#: One job copying a local input: the container must find the uploaded file.
+COPY = """
+rule all:
+    input: "out.txt"
+
+rule copy:
+    input: "in.txt"
+    output: "out.txt"
+    shell: "cp {input} {output}"
+"""
+
+
+def unlock(work) -> None:
+    """``snakemake --unlock`` in `work`, as a user does after a killed run (its lock
+    left behind); fails the test when it fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--unlock", "--cores", "1"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

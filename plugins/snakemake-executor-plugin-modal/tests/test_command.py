@@ -15,17 +15,7 @@ from snakemake_executor_plugin_modal.container import TARGETS
 from snakemake_executor_plugin_modal.jobspec import command_piece
 from snakemake_executor_plugin_modal.snakemake_reads import snakemake_version
 
-from .helpers import run_snakemake, spawned
-
-COPY = """
-rule all:
-    input: "out.txt"
-
-rule copy:
-    input: "in.txt"
-    output: "out.txt"
-    shell: "cp {input} {output}"
-"""
+from .helpers import COPY, run_snakemake, spawned
 
 
 @pytest.mark.timeout(10)

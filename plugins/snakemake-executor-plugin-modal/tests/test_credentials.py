@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from modal_proto import api_pb2
 
-from .helpers import run_snakemake, spawned
-from .test_failures import COPY
+from .helpers import COPY, run_snakemake, spawned
 
 
 def oauth_env(server, monkeypatch, **changed: str) -> None:

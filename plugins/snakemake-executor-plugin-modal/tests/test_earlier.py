@@ -11,7 +11,6 @@ still runs when the rerun starts.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 
 import pytest
@@ -25,7 +24,7 @@ from snakemake_executor_plugin_modal.earlier import (
 from snakemake_executor_plugin_modal.prices import ContainerRequest, GpuRequest
 from snakemake_executor_plugin_modal.staging import default_prefix
 
-from .helpers import run_snakemake
+from .helpers import run_snakemake, unlock
 from .test_failures import counts
 from .test_lifetime import SHARD, _first, _first_committed, _paths, _wait
 
@@ -57,16 +56,6 @@ def _popen(work, snakefile, *args):
         *args,
         popen={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True},
     )
-
-
-def _unlock(work) -> None:
-    unlock = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--unlock", "--cores", "1"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-    )
-    assert unlock.returncode == 0, unlock.stderr[-2000:]
 
 
 def _app_stops(server, app_id: str) -> list[int]:
@@ -123,7 +112,7 @@ def test_a_killed_runs_app_is_stopped_before_the_reruns_first_submission(
     killed_at = len(modal_server.state.calls)
     before = counts(ran)
 
-    _unlock(work)
+    unlock(work)
     rerun = _popen(work, SHARD, *args)
     _wait(
         lambda: _app_stops(modal_server, old.app_id), 120, "the old app stopped", rerun
@@ -178,7 +167,7 @@ def test_counted_earlier_apps_are_left_and_held_in_the_budget(modal_server, tmp_
     (container,) = modal_server.state.running_containers()
     killed_at = len(modal_server.state.calls)
 
-    _unlock(work)
+    unlock(work)
     rerun = _popen(
         work,
         GATED,

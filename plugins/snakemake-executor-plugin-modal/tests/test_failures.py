@@ -12,7 +12,7 @@ import pytest
 from snakemake_executor_plugin_modal.container import PART
 from snakemake_executor_plugin_modal.staging import default_prefix
 
-from .helpers import run_snakemake, spawned
+from .helpers import COPY, run_snakemake, spawned
 
 SLOW = """
 rule all:
@@ -23,18 +23,6 @@ rule slow:
     log: "slow.log"
     resources: gpu=1
     shell: "echo started > {log}; sleep {config[sleep]}; echo done > {output}"
-"""
-
-
-#: One job copying a local input: the container must find the uploaded file.
-COPY = """
-rule all:
-    input: "out.txt"
-
-rule copy:
-    input: "in.txt"
-    output: "out.txt"
-    shell: "cp {input} {output}"
 """
 
 

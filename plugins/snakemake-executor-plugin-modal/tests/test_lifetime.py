@@ -17,14 +17,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from snakemake_executor_plugin_modal.staging import default_prefix
 
-from .helpers import run_snakemake, spawned
+from .helpers import run_snakemake, spawned, unlock
 from .modal_server import CommitFault
 from .modal_server.containers import APP_HEARTBEAT_TIMEOUT_S
 from .test_failures import counts, stdout_of
@@ -139,13 +138,7 @@ def _start_mid_shard(server, tmp_path):
 def _rerun(work, gate, args):
     """Open the gate, release the stopped run's lock, run again."""
     gate.touch()
-    unlock = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--unlock", "--cores", "1"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-    )
-    assert unlock.returncode == 0, unlock.stderr[-2000:]
+    unlock(work)
     return run_snakemake(work, SHARD, *args, "--rerun-incomplete", timeout=180)
 
 
